@@ -1,0 +1,1 @@
+"""Health checks: node checks and NCCL bandwidth runs."""

@@ -1,0 +1,1 @@
+"""Drivers: one module per managed thing (facts -> operations)."""

@@ -1,0 +1,115 @@
+"""Checks across the whole desired state that no single key can make (unknown nodes, duplicates, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from reconciler import hostlist
+from reconciler.model import DesiredState
+
+Problem = tuple[tuple[str | int, ...], str]
+
+
+def _unknown(expr: str, known: set[str]) -> list[str]:
+    return [name for name in hostlist.expand(expr) if name not in known]
+
+
+def _names(names: list[str]) -> str:
+    return hostlist.compress(names)
+
+
+def _inventory(state: DesiredState) -> Iterator[Problem]:
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(state.nodes):
+        for name in hostlist.expand(entry.name):
+            if name in seen:
+                yield ("nodes", index, "name"), f"duplicate node {name!r} (already in nodes[{seen[name]}])"
+            else:
+                seen[name] = index
+
+
+def _slurm(state: DesiredState, known: set[str]) -> Iterator[Problem]:
+    cluster = state.cluster
+    in_set: dict[str, int] = {}
+    for index, node_set in enumerate(cluster.node_sets):
+        path = ("cluster", "node_sets", index, "nodes")
+        for name in hostlist.expand(node_set.nodes):
+            if name in in_set:
+                yield path, f"node {name!r} is in two node sets (also node_sets[{in_set[name]}])"
+            in_set[name] = index
+        if missing := _unknown(node_set.nodes, known):
+            yield path, f"names nodes not in the inventory: {_names(missing)}"
+    for index, host in enumerate(cluster.controllers):
+        if host not in known:
+            yield ("cluster", "controllers", index), f"controller {host!r} is not in the inventory"
+    defaults = [p.name for p in cluster.partitions if p.default]
+    if len(defaults) > 1:
+        yield ("cluster", "partitions"), f"more than one default partition: {', '.join(defaults)}"
+    seen_parts: set[str] = set()
+    for index, part in enumerate(cluster.partitions):
+        if part.name in seen_parts:
+            yield ("cluster", "partitions", index, "name"), f"duplicate partition {part.name!r}"
+        seen_parts.add(part.name)
+        if missing := _unknown(part.nodes, known):
+            yield ("cluster", "partitions", index, "nodes"), f"unknown nodes: {_names(missing)}"
+        elif missing := [n for n in hostlist.expand(part.nodes) if n not in in_set]:
+            yield ("cluster", "partitions", index, "nodes"), f"nodes in no node set: {_names(missing)}"
+    if cluster.gres:
+        for index, line in enumerate(cluster.gres.lines):
+            if line.nodes and (missing := _unknown(line.nodes, known)):
+                yield ("cluster", "gres", "lines", index, "nodes"), f"unknown nodes: {_names(missing)}"
+
+
+def _storage(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> Iterator[Problem]:
+    servers = {name for name, r in roles.items() if "nfs-server" in r}
+    exported: set[tuple[str, str]] = set()
+    for index, export in enumerate(state.storage.exports):
+        path = ("storage", "exports", index, "server")
+        if export.server not in known:
+            yield path, f"unknown node {export.server!r}"
+        elif export.server not in servers:
+            yield path, f"node {export.server!r} exports NFS but has no 'nfs-server' role"
+        exported.add((export.server, export.path))
+    if state.storage.exports and not servers:
+        yield ("storage", "exports"), "exports are defined but no node has the 'nfs-server' role"
+    taken: dict[tuple[str, str], int] = {}
+    for index, mount in enumerate(state.storage.mounts):
+        if missing := _unknown(mount.nodes, known):
+            yield ("storage", "mounts", index, "nodes"), f"unknown nodes: {_names(missing)}"
+        for name in hostlist.expand(mount.nodes):
+            key = (name, mount.mountpoint)
+            if key in taken:
+                yield ("storage", "mounts", index, "mountpoint"), (
+                    f"two mounts on {mount.mountpoint} on node {name} (also storage.mounts[{taken[key]}])")
+                break
+            taken[key] = index
+        server = mount.nfs_server()
+        if server and server[0] in known and server not in exported and state.storage.exports:
+            yield ("storage", "mounts", index, "source"), f"{mount.source} is not exported in storage.exports"
+
+
+def _others(state: DesiredState, known: set[str]) -> Iterator[Problem]:
+    partitions = {p.name for p in state.cluster.partitions}
+    for index, image in enumerate(state.images):
+        if image.import_on not in known:
+            yield ("images", index, "import_on"), f"unknown node {image.import_on!r}"
+    for index, patch in enumerate(state.patches):
+        if missing := _unknown(patch.nodes, known):
+            yield ("patches", index, "nodes"), f"unknown nodes: {_names(missing)}"
+    for kind in ("node", "nccl"):
+        for index, check in enumerate(getattr(state.checks, kind)):
+            if check.nodes and (missing := _unknown(check.nodes, known)):
+                yield ("checks", kind, index, "nodes"), f"unknown nodes: {_names(missing)}"
+            partition = getattr(check, "partition", None)
+            if partition and partition not in partitions:
+                yield ("checks", kind, index, "partition"), f"unknown partition {partition!r}"
+
+
+def cross_check(state: DesiredState) -> list[Problem]:
+    """Return every cross-reference problem as (key path, message)."""
+    roles: dict[str, set[str]] = {}
+    for entry in state.nodes:
+        for name in hostlist.expand(entry.name):
+            roles.setdefault(name, set()).update(entry.roles)
+    known = set(roles)
+    return [*_inventory(state), *_slurm(state, known), *_storage(state, known, roles), *_others(state, known)]

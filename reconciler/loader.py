@@ -1,0 +1,281 @@
+"""Load a desired-state directory of YAML files, with file:line:column for every error."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
+from ruamel.yaml.error import MarkedYAMLError
+
+from reconciler.model import DesiredState
+
+KeyPath = tuple[str | int, ...]
+MERGEABLE_LISTS = ("nodes", "images", "patches")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a YAML file (1-based line and column)."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class ConfigError:
+    """One problem in the desired state, with where it is and what was expected."""
+
+    location: Location | None
+    path: KeyPath
+    message: str
+
+    def key_path(self) -> str:
+        """Render the key path as `cluster.partitions[0].nodes`."""
+        out = ""
+        for part in self.path:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out or "(top level)"
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return f"{where}{self.key_path()}: {self.message}"
+
+
+class DesiredStateError(Exception):
+    """Raised when a desired-state directory does not load; holds every error found."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+@dataclass
+class LoadedState:
+    """A validated desired state and where each of its keys came from."""
+
+    state: DesiredState
+    root: Path
+    locations: dict[KeyPath, Location] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    commit: str | None = None
+
+    def where(self, path: KeyPath) -> Location | None:
+        """Return the location of a key path, or of its nearest ancestor that has one."""
+        return _nearest(self.locations, path)
+
+
+def _nearest(locations: dict[KeyPath, Location], path: KeyPath) -> Location | None:
+    for end in range(len(path), -1, -1):
+        loc = locations.get(tuple(path[:end]))
+        if loc is not None:
+            return loc
+    return None
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def _record(node: Any, rel: str, base: KeyPath, out: dict[KeyPath, Location]) -> None:
+    """Record the location of every key and list item below `node`."""
+    if isinstance(node, CommentedMap):
+        for key in node:
+            line, col = node.lc.key(key)
+            path = (*base, str(key))
+            out[path] = Location(rel, line + 1, col + 1)
+            _record(node[key], rel, path, out)
+    elif isinstance(node, CommentedSeq):
+        for index, item in enumerate(node):
+            line, col = node.lc.item(index)
+            path = (*base, index)
+            out[path] = Location(rel, line + 1, col + 1)
+            _record(item, rel, path, out)
+
+
+def _to_plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {str(k): _to_plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_to_plain(v) for v in node]
+    if hasattr(node, "value") and type(node).__module__.startswith("ruamel"):
+        return node.value
+    if type(node).__module__.startswith("ruamel"):
+        for kind in (bool, int, float, str):
+            if isinstance(node, kind):
+                return kind(node)
+    return node
+
+
+def yaml_files(root: Path) -> list[Path]:
+    """List the YAML files of a desired-state directory, in a stable order."""
+    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def _parse_file(path: Path, rel: str, errors: list[ConfigError]) -> Any:
+    try:
+        return _yaml().load(path.read_text(encoding="utf-8"))
+    except DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        loc = Location(rel, mark.line + 1, mark.column + 1) if mark else None
+        errors.append(ConfigError(loc, (), f"duplicate key: {exc.problem}"))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        loc = Location(rel, mark.line + 1, mark.column + 1) if mark else Location(rel, 1, 1)
+        errors.append(ConfigError(loc, (), f"invalid YAML: {exc.problem or exc.context}"))
+    except (OSError, UnicodeDecodeError) as exc:
+        errors.append(ConfigError(Location(rel, 1, 1), (), f"cannot read: {exc}"))
+    return None
+
+
+def _merge(root: Path, files: list[Path], errors: list[ConfigError]) -> tuple[dict[str, Any], dict[KeyPath, Location]]:
+    """Merge the top-level keys of all files: mappings once, lists concatenated."""
+    merged: dict[str, Any] = {}
+    locations: dict[KeyPath, Location] = {}
+    for path in files:
+        rel = str(path.relative_to(root))
+        doc = _parse_file(path, rel, errors)
+        if doc is None:
+            continue
+        if not isinstance(doc, CommentedMap):
+            errors.append(ConfigError(Location(rel, 1, 1), (), "expected a mapping of top-level keys"))
+            continue
+        file_locs: dict[KeyPath, Location] = {}
+        _record(doc, rel, (), file_locs)
+        plain = _to_plain(doc)
+        for key, value in plain.items():
+            if key in MERGEABLE_LISTS and isinstance(value, list) and isinstance(merged.get(key), list):
+                offset = len(merged[key])
+                merged[key].extend(value)
+                for loc_path, loc in file_locs.items():
+                    if loc_path[:1] == (key,) and len(loc_path) > 1 and isinstance(loc_path[1], int):
+                        locations[(key, loc_path[1] + offset, *loc_path[2:])] = loc
+                continue
+            if key in merged:
+                first = locations.get((key,))
+                errors.append(ConfigError(file_locs[(key,)], (key,), f"defined twice (first at {first})"))
+                continue
+            merged[key] = value
+            locations.update({p: loc for p, loc in file_locs.items() if p[:1] == (key,)})
+    return merged, locations
+
+
+def _pydantic_errors(exc: ValidationError, locations: dict[KeyPath, Location]) -> list[ConfigError]:
+    out = []
+    for err in exc.errors():
+        path: KeyPath = tuple(p for p in err["loc"] if isinstance(p, int | str))
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key (not allowed here)"
+        elif err["type"] == "missing":
+            message = "required key is missing"
+        elif "input" in err and not isinstance(err["input"], dict | list) and err["type"] != "value_error":
+            message += f" (got {err['input']!r})"
+        out.append(ConfigError(_nearest(locations, path), path, message))
+    return out
+
+
+class _Pruned:
+    """A copy of the merged data with invalid parts removed, so cross-checks still run on the rest."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = copy.deepcopy(data)
+        self.index_maps: dict[KeyPath, list[int]] = {}  # list path -> original index of each kept item
+
+    def original(self, path: KeyPath) -> KeyPath:
+        """Map a path in the pruned data back to the path in the original data."""
+        out: list[str | int] = []
+        for part in path:
+            if isinstance(part, int) and tuple(out) in self.index_maps:
+                part = self.index_maps[tuple(out)][part]
+            out.append(part)
+        return tuple(out)
+
+    def _delete(self, path: KeyPath) -> bool:
+        parent: Any = self.data
+        for part in path[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return False
+        leaf = path[-1]
+        if isinstance(parent, dict) and leaf in parent:
+            del parent[leaf]
+            return True
+        if isinstance(parent, list) and isinstance(leaf, int) and leaf < len(parent):
+            del parent[leaf]
+            keep = self.index_maps.setdefault(self.original(path[:-1]), list(range(len(parent) + 1)))
+            del keep[leaf]
+            return True
+        return False
+
+    def drop(self, path: KeyPath, missing: bool) -> bool:
+        """Drop the invalid key, or the list item holding it when the key is required."""
+        if not missing and len(path) > 1 and self._delete(path):
+            return True
+        items = [i for i, part in enumerate(path) if isinstance(part, int)]
+        return bool(items) and self._delete(path[: items[-1] + 1])
+
+
+def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[tuple[KeyPath, str]]:
+    """Cross-check what remains valid after removing the parts the schema rejected."""
+    from reconciler.crosscheck import cross_check
+
+    pruned = _Pruned(merged)
+    for _ in range(20):
+        progressed = False
+        for err in exc.errors():
+            path = tuple(p for p in err["loc"] if isinstance(p, int | str))
+            progressed |= pruned.drop(path, err["type"] == "missing")
+        if not progressed:
+            return []
+        try:
+            state = DesiredState.model_validate(pruned.data)
+        except ValidationError as again:
+            exc = again
+            continue
+        return [(pruned.original(path), msg) for path, msg in cross_check(state)]
+    return []
+
+
+def load_dir(root: str | Path, commit: str | None = None) -> LoadedState:
+    """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
+    from reconciler.crosscheck import cross_check  # late import: crosscheck needs the loaded model
+
+    root = Path(root)
+    if not root.is_dir():
+        raise DesiredStateError([ConfigError(None, (), f"{root}: not a directory")])
+    files = yaml_files(root)
+    errors: list[ConfigError] = []
+    if not files:
+        errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
+    merged, locations = _merge(root, files, errors)
+    state: DesiredState | None = None
+    try:
+        state = DesiredState.model_validate(merged)
+    except ValidationError as exc:
+        parse_failed = bool(errors)
+        partial = _cross_check_partial(merged, exc)
+        errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in partial)
+        errors.extend(e for e in _pydantic_errors(exc, locations)
+                      # a file that failed to parse explains a missing top-level key better
+                      if not (parse_failed and len(e.path) == 1 and e.message == "required key is missing"))
+    if state is not None:
+        errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in cross_check(state))
+    if errors:
+        errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
+        raise DesiredStateError(errors)
+    assert state is not None
+    return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)

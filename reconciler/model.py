@@ -1,0 +1,475 @@
+"""Desired-state schema: what an admin writes in the YAML files of a desired-state repo."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from reconciler import hostlist
+
+SlurmScalar = str | int | float | bool
+
+SLURM_VERSION_FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+
+_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?$", re.IGNORECASE)
+_MODE = re.compile(r"^0?[0-7]{3,4}$")
+
+
+class Strict(BaseModel):
+    """Base of every schema model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError(f"path must be absolute, got {path!r}")
+    return posixpath.normpath(path)
+
+
+def _hostlist_expr(expr: str) -> str:
+    hostlist.expand(expr)  # raises HostlistError (a ValueError) with the reason
+    return expr
+
+
+AbsPath = Annotated[str, Field(description="An absolute path on the node")]
+Hostlist = Annotated[str, Field(description="A Slurm hostlist expression, e.g. dgx[01-16]")]
+
+
+def parse_duration(value: str | int) -> int:
+    """Turn `90`, `90s`, `15m`, `2h` or `1d` into seconds."""
+    if isinstance(value, int):
+        return value
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 1d)")
+    number, unit = int(match.group(1)), match.group(2) or "s"
+    return number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+def parse_size(value: str | int) -> int:
+    """Turn `8`, `1M`, `1GiB` or `8G` into bytes (powers of 1024, as nccl-tests uses)."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value.strip())
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use e.g. 8, 64K, 1M, 1G)")
+    unit = (match.group(2) or "").upper().rstrip("I")
+    return int(float(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+
+
+# ---------------------------------------------------------------- cluster / slurm.conf
+
+
+class SlurmConfParams(Strict):
+    """Global slurm.conf parameters: well-known keys typed, anything else under `extra`."""
+
+    SlurmctldPort: int | str = 6817
+    SlurmdPort: int = 6818
+    AuthType: str = "auth/munge"
+    CredType: str | None = None
+    SlurmUser: str = "slurm"
+    StateSaveLocation: AbsPath = "/var/lib/slurm/slurmctld"
+    SlurmdSpoolDir: AbsPath = "/var/lib/slurm/slurmd"
+    SlurmctldPidFile: AbsPath | None = None
+    SlurmdPidFile: AbsPath | None = None
+    SlurmctldLogFile: AbsPath | None = "/var/log/slurm/slurmctld.log"
+    SlurmdLogFile: AbsPath | None = "/var/log/slurm/slurmd.log"
+    SwitchType: str | None = None
+    MpiDefault: str | None = None
+    ProctrackType: str = "proctrack/cgroup"
+    TaskPlugin: str | None = "task/affinity,task/cgroup"
+    SelectType: str = "select/cons_tres"
+    SelectTypeParameters: str | None = "CR_Core_Memory"
+    SchedulerType: str | None = "sched/backfill"
+    GresTypes: str | None = None
+    ReturnToService: int = 1
+    SlurmdTimeout: int | None = None
+    SlurmctldTimeout: int | None = None
+    InactiveLimit: int | None = None
+    MinJobAge: int | None = None
+    KillWait: int | None = None
+    Waittime: int | None = None
+    JobAcctGatherType: str | None = None
+    AccountingStorageType: str | None = None
+    PrologFlags: str | None = None
+    SlurmdParameters: str | None = None
+    LaunchParameters: str | None = None
+    extra: dict[str, SlurmScalar] = Field(default_factory=dict, description="Any other slurm.conf key")
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_keys(cls, value: dict[str, SlurmScalar]) -> dict[str, SlurmScalar]:
+        reserved = {"NodeName", "PartitionName", "ClusterName", "SlurmctldHost", "Prolog", "Epilog",
+                    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState"}
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key):
+                raise ValueError(f"not a slurm.conf key: {key!r}")
+            if key in reserved:
+                raise ValueError(f"{key} is set by its own schema key, not under extra")
+        return value
+
+
+class GPUs(Strict):
+    """GPUs of each node in a node set."""
+
+    count: int = Field(ge=1)
+    type: str | None = Field(default=None, description="GRES type, e.g. h100, h200, a100")
+
+
+class NodeSet(Strict):
+    """A `NodeName=` line: nodes with identical hardware."""
+
+    nodes: Hostlist
+    cpus: int | None = Field(default=None, ge=1, alias="CPUs")
+    boards: int | None = Field(default=None, ge=1, alias="Boards")
+    sockets: int | None = Field(default=None, ge=1, alias="Sockets")
+    cores_per_socket: int | None = Field(default=None, ge=1, alias="CoresPerSocket")
+    threads_per_core: int | None = Field(default=None, ge=1, alias="ThreadsPerCore")
+    real_memory: int | None = Field(default=None, ge=1, alias="RealMemory", description="MiB")
+    features: list[str] = Field(default_factory=list, alias="Features")
+    gpus: GPUs | None = None
+    weight: int | None = Field(default=None, alias="Weight")
+    state: str | None = Field(default=None, alias="State", description="e.g. CLOUD, FUTURE")
+    params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other NodeName= parameters")
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+
+class Partition(Strict):
+    """A `PartitionName=` line."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    nodes: Hostlist
+    default: bool = False
+    max_time: str | None = Field(default=None, alias="MaxTime", description="UNLIMITED or [d-]h:m:s / minutes")
+    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = Field(default="UP", alias="State")
+    params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other PartitionName= parameters")
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+    @field_validator("max_time")
+    @classmethod
+    def _max_time(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        text = str(value)
+        if text.upper() in ("UNLIMITED", "INFINITE") or re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", text):
+            return text
+        raise ValueError(f"MaxTime must be UNLIMITED, minutes, or [days-]hours:minutes:seconds, got {text!r}")
+
+
+class GresLine(Strict):
+    """An explicit gres.conf line."""
+
+    nodes: Hostlist | None = None
+    name: str = "gpu"
+    type: str | None = None
+    file: str | None = Field(default=None, description="Device files, e.g. /dev/nvidia[0-7]")
+    count: int | None = None
+    cores: str | None = None
+    links: str | None = None
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
+
+
+class GresConf(Strict):
+    """gres.conf: AutoDetect (e.g. nvml) and/or explicit lines."""
+
+    auto_detect: Literal["nvml", "rsmi", "oneapi", "nrt", "off"] | None = None
+    lines: list[GresLine] = Field(default_factory=list)
+
+
+class CgroupConf(Strict):
+    """cgroup.conf parameters."""
+
+    CgroupPlugin: str | None = None
+    ConstrainCores: bool | None = None
+    ConstrainDevices: bool | None = None
+    ConstrainRAMSpace: bool | None = None
+    ConstrainSwapSpace: bool | None = None
+    AllowedRAMSpace: float | None = None
+    extra: dict[str, SlurmScalar] = Field(default_factory=dict)
+
+
+class HealthCheck(Strict):
+    """Slurm's own HealthCheckProgram (e.g. NHC)."""
+
+    program: AbsPath
+    interval: int = Field(default=300, ge=0, description="seconds")
+    node_state: str | None = Field(default=None, description="e.g. ANY, IDLE, CYCLE")
+
+    _abs = field_validator("program")(lambda cls, v: _absolute(v))
+
+
+class Cluster(Strict):
+    """The Slurm cluster: slurm.conf, gres.conf and cgroup.conf in one place."""
+
+    name: str = Field(pattern=r"^[a-z0-9_-]+$", description="ClusterName (lower case, as Slurm wants)")
+    slurm_version: Literal[SLURM_VERSION_FAMILIES] = Field(  # type: ignore[valid-type]
+        description="Slurm version family; decides reconfigure vs restart"
+    )
+    controllers: list[str] = Field(min_length=1, description="SlurmctldHost names, primary first")
+    slurm_conf: SlurmConfParams = Field(default_factory=SlurmConfParams)
+    node_sets: list[NodeSet] = Field(default_factory=list)
+    partitions: list[Partition] = Field(default_factory=list)
+    gres: GresConf | None = None
+    cgroup: CgroupConf | None = None
+    prolog: AbsPath | None = None
+    epilog: AbsPath | None = None
+    health_check: HealthCheck | None = None
+    config_dir: AbsPath = Field(default="/etc/slurm", description="Where slurm.conf lives on every node")
+
+    _abs = field_validator("prolog", "epilog", "config_dir")(lambda cls, v: v if v is None else _absolute(v))
+
+
+# ---------------------------------------------------------------- inventory
+
+
+class ServiceManager(Strict):
+    """How services are started on a node."""
+
+    type: Literal["systemd", "supervisord", "custom"] = "systemd"
+    start: str | None = Field(default=None, description="custom: command with {service}")
+    stop: str | None = None
+    restart: str | None = None
+    status: str | None = Field(default=None, description="custom: exits 0 when {service} runs")
+
+    @model_validator(mode="after")
+    def _custom_needs_commands(self) -> ServiceManager:
+        if self.type == "custom" and not (self.start and self.stop and self.restart and self.status):
+            raise ValueError("service manager 'custom' needs start, stop, restart and status commands")
+        return self
+
+
+Role = Literal["controller", "login", "compute", "nfs-server", "bastion", "storage"]
+
+
+class Node(Strict):
+    """One node, or a hostlist of alike nodes, and how to reach it over SSH."""
+
+    name: Hostlist
+    host: str | None = Field(default=None, description="Address or ssh_config alias; '{name}' is replaced")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    proxy_jump: str | None = Field(default=None, description="Bastion, [user@]host[:port]")
+    roles: list[Role] = Field(default_factory=list)
+    service_manager: ServiceManager | None = None
+    drain: str | None = Field(default=None, description="Keep this node drained with this reason")
+
+    _check_name = field_validator("name")(lambda cls, v: _hostlist_expr(v))
+
+
+class SSHDefaults(Strict):
+    """SSH settings shared by every node (a node's own keys win)."""
+
+    config: str | None = Field(default=None, description="An ssh_config file (relative to the repo)")
+    known_hosts: str | None = Field(default=None, description="known_hosts file (relative to the repo)")
+    host_key_policy: Literal["reject", "accept-new"] = "reject"
+    user: str = "root"
+    port: int = 22
+    identity_file: str | None = None
+    proxy_jump: str | None = None
+    connect_timeout: int = Field(default=10, ge=1)
+    command_timeout: int = Field(default=120, ge=1)
+    forks: int = Field(default=64, ge=1)
+    service_manager: ServiceManager = Field(default_factory=ServiceManager)
+
+
+# ---------------------------------------------------------------- storage, images, patches
+
+
+class NfsExport(Strict):
+    """A line of /etc/exports on an NFS server node."""
+
+    server: str
+    path: AbsPath
+    clients: list[str] = Field(min_length=1, description="Client specs: host, IP, CIDR, @netgroup, *")
+    options: list[str] = Field(default_factory=lambda: ["rw", "sync", "no_subtree_check"])
+
+    _abs = field_validator("path")(lambda cls, v: _absolute(v))
+
+
+class Mount(Strict):
+    """An /etc/fstab entry, mounted on a set of nodes."""
+
+    source: str = Field(description="server:/path for NFS, MGS@tcp:/fs for Lustre, or a device")
+    mountpoint: AbsPath
+    type: str = Field(default="nfs", pattern=r"^[a-z0-9.]+$", description="nfs, nfs4, lustre, ...")
+    options: list[str] = Field(default_factory=lambda: ["defaults"])
+    nodes: Hostlist
+    dump: int = 0
+    passno: int = 0
+
+    _abs = field_validator("mountpoint")(lambda cls, v: _absolute(v))
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+    def nfs_server(self) -> tuple[str, str] | None:
+        """Return (server, path) when the source is `server:/path` of an NFS type."""
+        if self.type.startswith("nfs") and ":" in self.source:
+            server, _, path = self.source.partition(":")
+            return server, path
+        return None
+
+
+class Storage(Strict):
+    """Shared storage: NFS exports and mounts."""
+
+    exports: list[NfsExport] = Field(default_factory=list)
+    mounts: list[Mount] = Field(default_factory=list)
+
+
+class Image(Strict):
+    """An enroot container image kept as a squashfs file on shared storage."""
+
+    uri: str = Field(pattern=r"^(docker|dockerd|podman)://", description="e.g. docker://nvcr.io#nvidia/pytorch:24.04-py3")
+    path: AbsPath = Field(description="Target .sqsh file")
+    import_on: str = Field(description="The node that runs `enroot import`")
+
+    _abs = field_validator("path")(lambda cls, v: _absolute(v))
+
+
+class Patch(Strict):
+    """A script patch: a match -> replace edit, or a whole managed file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    path: AbsPath
+    nodes: Hostlist
+    match: str | None = None
+    replace: str | None = None
+    content: str | None = Field(default=None, description="Whole file content (instead of match/replace)")
+    mode: str | None = Field(default=None, description="Octal, e.g. '0755'")
+    owner: str | None = None
+    group: str | None = None
+
+    _abs = field_validator("path")(lambda cls, v: _absolute(v))
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        text = str(value)  # `mode: 0755` reaches us as the int 755 under YAML 1.2: read its digits as octal
+        if not _MODE.match(text):
+            raise ValueError(f"mode must be octal like '0755', got {value!r}")
+        return text.zfill(4)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Patch:
+        edit = self.match is not None or self.replace is not None
+        if edit and self.content is not None:
+            raise ValueError("a patch has either match/replace or content, not both")
+        if edit and (self.match is None or self.replace is None):
+            raise ValueError("a match/replace patch needs both match and replace")
+        if not edit and self.content is None:
+            raise ValueError("a patch needs match/replace or content")
+        return self
+
+
+# ---------------------------------------------------------------- checks
+
+
+class GpuExpectation(Strict):
+    """Expected GPUs as nvidia-smi reports them."""
+
+    count: int = Field(ge=0)
+    model: str | None = Field(default=None, description="Substring of the product name, e.g. H200")
+    driver: str | None = Field(default=None, description="Exact or prefix, e.g. 580.")
+
+
+class NodeCheck(Strict):
+    """An NHC-style check run over SSH on each node."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    nodes: Hostlist
+    interval: str = "10m"
+    gpus: GpuExpectation | None = None
+    mounts: list[AbsPath] = Field(default_factory=list, description="Must be mounted and writable")
+    services: list[str] = Field(default_factory=list, description="e.g. munge, slurmd")
+    images: bool = Field(default=False, description="Enroot images of this repo must be present")
+    slurm_state: list[str] = Field(default_factory=list, description="Acceptable Slurm states, e.g. IDLE, MIXED")
+    drain_on_fail: bool = True
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+    _interval = field_validator("interval")(lambda cls, v: (parse_duration(v), v)[1])
+
+
+class NcclThresholds(Strict):
+    """What an NCCL run must reach to pass."""
+
+    min_busbw: float | None = Field(default=None, description="GB/s, for every size >= at_size")
+    at_size: str | int = "1G"
+    min_avg_busbw: float | None = Field(default=None, description="GB/s, 'Avg bus bandwidth'")
+    max_wrong: int = 0
+    regression_pct: float | None = Field(default=None, description="Flag a drop this far below the node's median")
+    regression_window: int = Field(default=10, ge=3)
+
+    _size = field_validator("at_size")(lambda cls, v: (parse_size(v), v)[1])
+
+
+class NcclCheck(Strict):
+    """A periodic nccl-tests run through Slurm."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    binary: str = Field(default="all_reduce_perf", description="nccl-tests binary name or absolute path")
+    args: list[str] = Field(default_factory=lambda: ["-b", "1G", "-e", "8G", "-f", "2", "-g", "1"])
+    mode: Literal["single-node", "pairs", "partition"] = "single-node"
+    nodes: Hostlist | None = None
+    partition: str | None = None
+    ntasks_per_node: int = Field(default=8, ge=1)
+    gpus_per_task: int = Field(default=1, ge=0)
+    mpi: Literal["pmix", "pmi2", "none"] | None = "pmix"
+    container_image: str | None = None
+    container_mounts: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    env_profile: AbsPath | None = Field(default=None, description="Script sourced first, e.g. nccl-env-profile.sh")
+    schedule: str | None = Field(default=None, description="'daily HH:MM' or an interval like 6h")
+    timeout: str = "15m"
+    only_idle: bool = True
+    drain_on_fail: bool = True
+    thresholds: NcclThresholds = Field(default_factory=NcclThresholds)
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
+    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is None or re.fullmatch(r"daily ([01]\d|2[0-3]):[0-5]\d", value):
+            return value
+        parse_duration(value)
+        return value
+
+    @model_validator(mode="after")
+    def _target(self) -> NcclCheck:
+        if not self.nodes and not self.partition:
+            raise ValueError("an NCCL check needs nodes or partition")
+        return self
+
+
+class Checks(Strict):
+    """Health checks: node checks and NCCL runs."""
+
+    node: list[NodeCheck] = Field(default_factory=list)
+    nccl: list[NcclCheck] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the whole desired state
+
+
+class DesiredState(Strict):
+    """Everything a desired-state repo describes, merged from all its YAML files."""
+
+    cluster: Cluster
+    ssh: SSHDefaults = Field(default_factory=SSHDefaults)
+    nodes: list[Node] = Field(min_length=1)
+    storage: Storage = Field(default_factory=Storage)
+    images: list[Image] = Field(default_factory=list)
+    patches: list[Patch] = Field(default_factory=list)
+    checks: Checks = Field(default_factory=Checks)

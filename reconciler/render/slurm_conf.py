@@ -1,0 +1,74 @@
+"""Render slurm.conf: one file, byte-identical on every node."""
+
+from __future__ import annotations
+
+from reconciler import hostlist
+from reconciler.model import Cluster, NodeSet, Partition
+from reconciler.render.common import SlurmValue, header, key_values, slurm_value
+
+
+def _global_params(cluster: Cluster) -> list[tuple[str, SlurmValue]]:
+    params = cluster.slurm_conf.model_dump(exclude={"extra"})
+    if params.get("GresTypes") is None and any(s.gpus for s in cluster.node_sets):
+        params["GresTypes"] = "gpu"
+    pairs: list[tuple[str, SlurmValue]] = [("ClusterName", cluster.name)]
+    pairs += [("SlurmctldHost", host) for host in cluster.controllers]
+    pairs += list(params.items())
+    pairs += sorted(cluster.slurm_conf.extra.items())
+    pairs += [("Prolog", cluster.prolog), ("Epilog", cluster.epilog)]
+    if cluster.health_check:
+        check = cluster.health_check
+        pairs += [("HealthCheckProgram", check.program), ("HealthCheckInterval", check.interval),
+                  ("HealthCheckNodeState", check.node_state)]
+    return pairs
+
+
+def gres_spec(node_set: NodeSet) -> str | None:
+    """The `Gres=` value of a node set, e.g. `gpu:h200:8`."""
+    if node_set.gpus is None:
+        return None
+    gpus = node_set.gpus
+    return f"gpu:{gpus.type}:{gpus.count}" if gpus.type else f"gpu:{gpus.count}"
+
+
+def node_line(node_set: NodeSet) -> str:
+    """A `NodeName=` line for a node set."""
+    pairs: list[tuple[str, SlurmValue]] = [
+        ("NodeName", hostlist.compress(hostlist.expand(node_set.nodes))),
+        ("CPUs", node_set.cpus),
+        ("Boards", node_set.boards),
+        ("Sockets", node_set.sockets),
+        ("CoresPerSocket", node_set.cores_per_socket),
+        ("ThreadsPerCore", node_set.threads_per_core),
+        ("RealMemory", node_set.real_memory),
+        ("Features", ",".join(node_set.features) or None),
+        ("Gres", gres_spec(node_set)),
+        ("Weight", node_set.weight),
+    ]
+    pairs += sorted(node_set.params.items())
+    pairs.append(("State", node_set.state or "UNKNOWN"))
+    return key_values(pairs)
+
+
+def partition_line(part: Partition) -> str:
+    """A `PartitionName=` line."""
+    pairs: list[tuple[str, SlurmValue]] = [
+        ("PartitionName", part.name),
+        ("Nodes", hostlist.compress(hostlist.expand(part.nodes))),
+        ("Default", "YES" if part.default else None),
+        ("MaxTime", part.max_time),
+    ]
+    pairs += sorted(part.params.items())
+    pairs.append(("State", part.state))
+    return key_values(pairs)
+
+
+def render_slurm_conf(cluster: Cluster, source: str) -> str:
+    """Render slurm.conf for the cluster."""
+    lines = [header("slurm.conf", source)]
+    lines += [f"{key}={slurm_value(value)}" for key, value in _global_params(cluster) if value is not None]
+    lines.append("\n# Nodes")
+    lines += [node_line(s) for s in cluster.node_sets]
+    lines.append("\n# Partitions")
+    lines += [partition_line(p) for p in cluster.partitions]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,29 @@
+"""Render the managed blocks of /etc/exports and /etc/fstab."""
+
+from __future__ import annotations
+
+from reconciler import hostlist
+from reconciler.model import Storage
+
+
+def exports_block(storage: Storage, node: str) -> list[str] | None:
+    """The managed /etc/exports lines for a node, or None when it exports nothing."""
+    lines = []
+    for export in storage.exports:
+        if export.server != node:
+            continue
+        options = ",".join(export.options)
+        clients = " ".join(f"{client}({options})" for client in export.clients)
+        lines.append(f"{export.path} {clients}")
+    return lines or None
+
+
+def fstab_block(storage: Storage, node: str) -> list[str] | None:
+    """The managed /etc/fstab lines for a node, or None when it mounts nothing."""
+    lines = []
+    for mount in storage.mounts:
+        if node not in hostlist.expand(mount.nodes):
+            continue
+        options = ",".join(mount.options) or "defaults"
+        lines.append(f"{mount.source} {mount.mountpoint} {mount.type} {options} {mount.dump} {mount.passno}")
+    return lines or None
