@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from reconciler import __version__
+from reconciler.hostlist import HostlistError
 from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.render import MANAGED_FILES, managed_files_for, render_file
 from reconciler.render.files import UnknownNodeError
@@ -71,6 +71,102 @@ def render(directory: str, node: str, file_name: str | None) -> None:
 def schema() -> None:
     """Print the JSON Schema of desired-state YAML files (for yaml-language-server)."""
     click.echo(json.dumps(desired_state_json_schema(), indent=2, sort_keys=False))
+
+
+def _open(directory: str, limit: str | None, forks: int | None):  # type: ignore[no-untyped-def]
+    from reconciler.engine.run import open_reconcile
+
+    loaded = load_or_exit(directory)
+    try:
+        return open_reconcile(loaded, limit=limit, forks=forks)
+    except HostlistError as exc:
+        click.echo(f"error: --limit: {exc}", err=True)
+        sys.exit(1)
+
+
+LIMIT = click.option("--limit", default=None, help="Only these nodes (Slurm hostlist, e.g. gpu[01-04]).")
+FORKS = click.option("--forks", type=int, default=None, help="Parallel SSH connections (default: ssh.forks).")
+
+
+@main.command()
+@click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
+@click.option("--node", "limit", default=None, help="Only these nodes (hostlist).")
+@FORKS
+def facts(directory: str, limit: str | None, forks: int | None) -> None:
+    """Gather and print the facts of every node (one SSH round trip per node), as JSON."""
+    run = _open(directory, limit, forks)
+    try:
+        run.gather()
+    finally:
+        run.close()
+    hide_content = {"nodes": {"__all__": {"files": {"__all__": {"content"}}}}}
+    click.echo(run.ctx.facts.model_dump_json(indent=2, exclude=hide_content))
+
+
+@main.command()
+@click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text")
+@LIMIT
+@FORKS
+def plan(directory: str, fmt: str, limit: str | None, forks: int | None) -> None:
+    """Show what apply would change. Exit 0: no changes, 2: changes, 1: error (like terraform -detailed-exitcode)."""
+    from reconciler.engine.report import render_json, render_markdown, render_text
+
+    run = _open(directory, limit, forks)
+    try:
+        run.gather()
+        result = run.plan()
+    finally:
+        run.close()
+    if fmt == "json":
+        click.echo(render_json(result), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(result), nl=False)
+    else:
+        click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
+    if result.errors:
+        sys.exit(1)
+    sys.exit(2 if result.has_changes else 0)
+
+
+@main.command()
+@click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
+@click.option("--yes", is_flag=True, help="Apply without asking.")
+@LIMIT
+@FORKS
+@click.option("--max-unavailable", type=int, default=1, show_default=True, help="slurmd restarts at a time.")
+@click.option("--max-fail-percent", type=float, default=50.0, show_default=True,
+              help="Stop the rollout when more nodes than this have failed.")
+@click.option("--drain-timeout", type=float, default=3600.0, show_default=True,
+              help="Seconds to wait for running jobs on a drained node before giving up.")
+def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
+          max_fail_percent: float, drain_timeout: float) -> None:
+    """Show the plan, ask, then apply it. Exit 0 when everything applied, 1 on any failure."""
+    from reconciler.engine.apply import ApplyOptions
+    from reconciler.engine.report import render_text
+
+    run = _open(directory, limit, forks)
+    try:
+        run.gather()
+        result = run.plan()
+        click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
+        if not result.has_changes:
+            sys.exit(1 if result.errors else 0)
+        if not yes and not click.confirm("Apply these changes?", default=False):
+            click.echo("Nothing applied.")
+            sys.exit(1)
+        options = ApplyOptions(max_unavailable=max_unavailable, max_fail_percent=max_fail_percent,
+                               drain_timeout=drain_timeout)
+        outcome = run.apply(result, options, log=lambda line: click.echo(f"  {line}"))
+    finally:
+        run.close()
+    click.echo(f"\napplied {len(outcome.applied)} change(s); {len(outcome.slurm_steps)} Slurm step(s)")
+    for node, failures in sorted(outcome.failures.items()):
+        for failure in failures:
+            click.echo(f"FAILED {node}: {failure}", err=True)
+    if outcome.stopped:
+        click.echo(f"STOPPED: {outcome.stopped}", err=True)
+    sys.exit(0 if outcome.ok and not result.errors else 1)
 
 
 def _register_optional() -> None:

@@ -9,7 +9,10 @@ from functools import lru_cache
 import hostlist as _hostlist
 
 # Slurm 22.05+ rejects text after the last bracket group of an item ("a[1-3]b": Invalid hostlist).
-_SUFFIX_AFTER_BRACKET = re.compile(r"\][^\[\],]+(?:,|$)")
+_SUFFIX_AFTER_BRACKET = re.compile(r"\][^\[\]]+$")
+_GROUP = re.compile(r"\[([^\[\]]*)\]")
+_RANGE = re.compile(r"(\d+)-(\d+)")
+_MAX_RANGE = 64 * 1024  # Slurm's MAX_RANGE: "Too many hosts in range"
 
 
 _TRAILING_NUMBER = re.compile(r"^(.*?\D|)\d+$")
@@ -19,14 +22,60 @@ class HostlistError(ValueError):
     """A hostlist expression that cannot be parsed."""
 
 
-@lru_cache(maxsize=8192)
-def _expand_cached(expr: str) -> tuple[str, ...]:
-    if _SUFFIX_AFTER_BRACKET.search(expr) and not re.search(r"\][^\[\],]*\[", expr):
-        raise HostlistError(f"invalid hostlist {expr!r}: text after the last bracket group")
+def _items(expr: str) -> list[str]:
+    """Split an expression at the commas outside brackets (empty items dropped, as Slurm does)."""
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(expr):
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            items.append(expr[start:index])
+            start = index + 1
+    items.append(expr[start:])
+    return [item for item in items if item]
+
+
+def _library(expr: str) -> list[str]:
     try:
-        return tuple(_hostlist.expand_hostlist(expr, allow_duplicates=True))
+        return list(_hostlist.expand_hostlist(expr, allow_duplicates=True))
     except _hostlist.BadHostlist as exc:
         raise HostlistError(f"invalid hostlist {expr!r}: {exc}") from None
+
+
+def _slurm_order(prefix: str, tail: str) -> list[str]:
+    """Expand like Slurm's _push_range_list: last group fastest, the others from the one before it outwards."""
+    groups = list(_GROUP.finditer(prefix))
+    if not groups:
+        return _library(prefix + tail)
+    group = groups[-1]
+    out: list[str] = []
+    for value in _library(group.group(0)):
+        out += _slurm_order(prefix[: group.start()] + value + prefix[group.end() :], tail)
+    return out
+
+
+def _expand_item(item: str, expr: str) -> list[str]:
+    groups = list(_GROUP.finditer(item))
+    if groups and _SUFFIX_AFTER_BRACKET.search(item):
+        raise HostlistError(f"invalid hostlist {expr!r}: text after the last bracket group")
+    for group in groups:
+        for low, high in _RANGE.findall(group.group(1)):
+            if int(high) - int(low) + 1 > _MAX_RANGE:
+                raise HostlistError(f"invalid hostlist {expr!r}: more than {_MAX_RANGE} hosts in one range")
+    if len(groups) < 3:  # python-hostlist's order equals Slurm's for one or two bracket groups
+        return _library(item)
+    return _slurm_order(item[: groups[-1].start()], item[groups[-1].start() :])
+
+
+@lru_cache(maxsize=8192)
+def _expand_cached(expr: str) -> tuple[str, ...]:
+    if any(char.isspace() for char in expr):
+        raise HostlistError(f"invalid hostlist {expr!r}: whitespace inside (separate names with commas)")
+    if expr.count("[") != expr.count("]"):
+        raise HostlistError(f"invalid hostlist {expr!r}: unbalanced brackets")
+    names: list[str] = []
+    for item in _items(expr):
+        names += _expand_item(item, expr)
+    return tuple(names)
 
 
 def expand(expr: str) -> list[str]:

@@ -1,0 +1,3 @@
+"""stub"""
+def write(layout):
+    layout.desired_state.mkdir(exist_ok=True)

@@ -1,0 +1,164 @@
+"""Bootstrap of one testbed node: new namespaces, private mounts, pivot_root, then supervisord as PID 1.
+
+Run by ``testbed.py`` on the host, already inside the node's network namespace (``nsenter --net``):
+
+    python3 node_init.py '<json spec>'
+
+The process unshares mount/UTS/IPC/PID namespaces, forks the node's PID 1, prints that child's host PID on
+stdout and exits. The child prepares the node's root (an overlay mounted by the host: lower layer is the
+host's ``/``, upper layer is the node's own directory), mounts private /proc, /sys, /dev, /run, /tmp,
+configures the node's network interface, pivots into the root and execs supervisord, which reaps orphans
+as PID 1 and runs sshd, munged and the Slurm daemons. Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = 155  # x86_64
+
+NVIDIA_MAJOR = 195
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    """Raise OSError with errno when a libc call failed."""
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    """Call mount(2)."""
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {source} on {target}")
+
+
+def umount2(target: str, flags: int = 0) -> None:
+    """Call umount2(2)."""
+    _check(_libc.umount2(target.encode(), flags), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    """Call pivot_root(2)."""
+    _check(_libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
+
+
+def _mknod_chr(path: str, major: int, minor: int, mode: int = 0o666) -> None:
+    """Create a character device node."""
+    os.mknod(path, 0o020000 | mode, os.makedev(major, minor))
+
+
+def setup_dev(root: str, gpus: int) -> None:
+    """Mount a private /dev with the basic devices, devpts, shm and fake NVIDIA GPUs."""
+    dev = f"{root}/dev"
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=1m")
+    for name, major, minor in (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8),
+                               ("urandom", 1, 9), ("tty", 5, 0)):
+        _mknod_chr(f"{dev}/{name}", major, minor)
+    for i in range(gpus):
+        _mknod_chr(f"{dev}/nvidia{i}", NVIDIA_MAJOR, i)
+    if gpus:
+        _mknod_chr(f"{dev}/nvidiactl", NVIDIA_MAJOR, 255)
+    os.mkdir(f"{dev}/pts", 0o755)
+    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5")
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    os.mkdir(f"{dev}/shm", 0o1777)
+    mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+
+
+def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid: int) -> None:
+    """Mount private /run and /tmp; bind every node's root for the mount.nfs stand-in."""
+    mount("tmpfs", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for sub, mode in (("sshd", 0o755), ("lock", 0o1777), ("munge", 0o755)):
+        os.mkdir(f"{root}/run/{sub}", mode)
+        os.chmod(f"{root}/run/{sub}", mode)
+    os.chown(f"{root}/run/munge", munge_uid, munge_gid)
+    roots = f"{root}/run/reconciler-testbed/roots"
+    os.makedirs(roots, 0o755)
+    for peer in peers:
+        os.mkdir(f"{roots}/{peer}", 0o755)
+        mount(f"{state}/nodes/{peer}/root", f"{roots}/{peer}", None, MS_BIND)
+
+
+def setup_net(ip: str, prefixlen: int) -> None:
+    """Bring up lo and eth0 with the node's address (no default route)."""
+    batch = f"link set lo up\naddr add {ip}/{prefixlen} dev eth0\nlink set eth0 up\n"
+    subprocess.run(["/usr/sbin/ip", "-batch", "-"], input=batch.encode(), check=True)
+
+
+def setup_root(spec: dict) -> None:
+    """Prepare mounts and network of the node, then pivot into its root."""
+    root = f"{spec['state']}/nodes/{spec['node']}/root"
+    socket.sethostname(spec["node"])
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    setup_dev(root, spec["gpus"])
+    setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"])
+    setup_net(spec["ip"], spec["prefixlen"])
+    os.chdir(root)
+    pivot_root(".", ".")
+    umount2(".", MNT_DETACH)
+    os.chdir("/")
+
+
+def exec_supervisord(marker: str) -> None:
+    """Replace this process (the node's PID 1) by supervisord in the foreground."""
+    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker}
+    os.umask(0o022)
+    os.closerange(3, 1024)
+    os.execve("/usr/bin/supervisord",
+              ["supervisord", "-n", "-c", "/etc/supervisor/supervisord.conf"], env)
+
+
+def main() -> None:
+    """Unshare, fork PID 1, report its host PID and let it boot the node."""
+    spec = json.loads(sys.argv[1])
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    pid = os.fork()
+    if pid:
+        print(pid, flush=True)
+        os._exit(0)
+    try:
+        log = os.open(spec["console"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.umask(0)
+        setup_root(spec)
+        exec_supervisord(spec["marker"])
+    except BaseException:  # noqa: BLE001 - PID 1 must report and exit, whatever failed
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,846 @@
+"""Local testbed: a real multi-node Slurm cluster on one Linux machine (root, no Docker).
+
+Each node is its own network namespace (a veth into a bridge that lives in a separate admin namespace, so
+the host's own network is never touched), its own mount/UTS/IPC/PID namespaces, and a whole-root overlay
+(lower layer: the host's ``/``; upper layer: the node's directory under the state dir) that it pivots into.
+supervisord is PID 1 of every node and runs sshd, munged and slurmctld (on ``ctl``) or slurmd (on the
+``gpuNN`` nodes). See README.md next to this file. Standard library only: it runs before the project is
+installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import node_init  # noqa: E402  (sibling module, path set above)
+
+BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
+DEFAULT_NAME = "testbed"
+DEFAULT_SUBNET = "10.250.0"
+GPUS_PER_NODE = 8
+NODE_CPUS = 16
+NODE_MEMORY_MB = 64000
+MAX_NODES = 200
+PATH = node_init.PATH
+NODE_PYTHON = "/usr/bin/python3"
+DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
+                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
+                   "util-linux", "python3"]
+REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/munged",
+                     "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
+                     "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
+                     "/usr/bin/nsenter", NODE_PYTHON]
+PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD = 22, 6817, 6818
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+SUBNET_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
+
+
+class TestbedError(Exception):
+    """A failure worth a one-line message, not a traceback."""
+
+
+def log(msg: str) -> None:
+    """Progress message on stderr (stdout is kept for results)."""
+    print(f"testbed: {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------- layout
+
+
+@dataclass
+class Layout:
+    """Names, addresses and paths of one testbed."""
+
+    name: str = DEFAULT_NAME
+    computes: int = 4
+    subnet: str = DEFAULT_SUBNET
+    bare: bool = False
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def state(self) -> Path:
+        """The testbed's state directory."""
+        return BASE / self.name
+
+    @property
+    def compute_nodes(self) -> list[str]:
+        """gpu01..gpuNN."""
+        width = max(2, len(str(self.computes)))
+        return [f"gpu{i:0{width}d}" for i in range(1, self.computes + 1)]
+
+    @property
+    def nodes(self) -> list[str]:
+        """All nodes, controller first."""
+        return ["ctl", *self.compute_nodes]
+
+    @property
+    def admin_ns(self) -> str:
+        """The namespace holding the bridge."""
+        return f"{self.name}-admin"
+
+    def ns(self, node: str) -> str:
+        """Network namespace name of a node."""
+        return f"{self.name}-{node}"
+
+    def ip(self, node: str) -> str:
+        """IPv4 address of a node (ctl .1, gpuNN .10+N, bridge .254)."""
+        return f"{self.subnet}.1" if node == "ctl" else f"{self.subnet}.{10 + int(node[3:])}"
+
+    @property
+    def bridge_ip(self) -> str:
+        """Address of the bridge in the admin namespace."""
+        return f"{self.subnet}.254"
+
+    def marker(self, node: str) -> str:
+        """Exact value of RECONCILER_TESTBED in a node's PID 1 environment."""
+        return f"{self.name}/{node}"
+
+    def node_dir(self, node: str) -> Path:
+        """Directory with the node's upper, work and root (merged) directories."""
+        return self.state / "nodes" / node
+
+    @property
+    def ssh_config(self) -> Path:
+        """ssh_config with one Host entry per node."""
+        return self.state / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        """known_hosts with every node's host key."""
+        return self.state / "known_hosts"
+
+    @property
+    def identity(self) -> Path:
+        """Private key that logs in as root on every node."""
+        return self.state / "id_ed25519"
+
+    @property
+    def desired_state(self) -> Path:
+        """The desired-state directory written by up."""
+        return self.state / "desired-state"
+
+    def save(self) -> None:
+        """Write state.json atomically."""
+        tmp = self.state / "state.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, self.state / "state.json")
+
+    @classmethod
+    def load(cls, name: str) -> Layout | None:
+        """Read a testbed's state.json, or None when there is none."""
+        path = BASE / name / "state.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(**data)
+
+
+def validate_layout(layout: Layout) -> None:
+    """Reject names, subnets and sizes the testbed cannot handle."""
+    if not NAME_RE.match(layout.name):
+        raise TestbedError(f"bad name {layout.name!r}: 1-12 characters, [a-z][a-z0-9]*")
+    m = SUBNET_RE.match(layout.subnet)
+    if not m or any(int(x) > 255 for x in m.groups()):
+        raise TestbedError(f"bad subnet {layout.subnet!r}: give three octets, e.g. 10.250.0")
+    if not 1 <= layout.computes <= MAX_NODES:
+        raise TestbedError(f"--nodes must be between 1 and {MAX_NODES}")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def run(cmd: list[str], *, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command, capturing output; raise TestbedError with its stderr on failure."""
+    proc = subprocess.run(cmd, input=input, text=True, capture_output=True)
+    if check and proc.returncode != 0:
+        raise TestbedError(f"{' '.join(cmd[:4])} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+@contextlib.contextmanager
+def locked(name: str) -> Iterator[None]:
+    """Serialise up/down of one testbed."""
+    BASE.mkdir(parents=True, exist_ok=True)
+    with open(BASE / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def require_root_and_deps() -> None:
+    """Fail early when not root or a needed binary is missing."""
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root (namespaces, mounts)")
+    missing = [b for b in REQUIRED_BINARIES if not os.path.exists(b)]
+    if missing:
+        raise TestbedError(f"missing {', '.join(missing)}: run `{HERE / 'testbed'} deps` first")
+
+
+# --------------------------------------------------------------------------------------------- node files
+
+
+def _mirror_mkdir(upper: Path, rel: str) -> Path:
+    """Create UPPER/REL, giving each new directory the mode and owner of the host's directory."""
+    cur, host = upper, Path("/")
+    for part in Path(rel).parts:
+        cur, host = cur / part, host / part
+        if cur.is_dir():
+            continue
+        cur.mkdir()
+        st = os.stat(host) if host.is_dir() else None
+        os.chmod(cur, stat.S_IMODE(st.st_mode) if st else 0o755)
+        if st:
+            os.chown(cur, st.st_uid, st.st_gid)
+    return cur
+
+
+def put(upper: Path, rel: str, data: str | bytes, mode: int = 0o644, owner: tuple[int, int] = (0, 0)) -> None:
+    """Write a file into a node's upper layer."""
+    parent = _mirror_mkdir(upper, str(Path(rel).parent))
+    path = parent / Path(rel).name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.chmod(path, mode)
+    os.chown(path, *owner)
+
+
+def whiteout(upper: Path, rel: str) -> None:
+    """Hide a host path from the node (overlay whiteout)."""
+    parent = _mirror_mkdir(upper, str(Path(rel).parent))
+    os.mknod(parent / Path(rel).name, stat.S_IFCHR, os.makedev(0, 0))
+
+
+def opaque_dir(upper: Path, rel: str, mode: int, owner: tuple[int, int] = (0, 0)) -> None:
+    """Make a directory whose host content is hidden from the node."""
+    path = _mirror_mkdir(upper, rel)
+    os.setxattr(path, "trusted.overlay.opaque", b"y")
+    os.chmod(path, mode)
+    os.chown(path, *owner)
+
+
+def _ids(user: str) -> tuple[int, int]:
+    """uid and gid of a host user."""
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
+
+
+def hosts_file(layout: Layout) -> str:
+    """/etc/hosts of every node: all node names on their testbed addresses."""
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", ""]
+    lines += [f"{layout.ip(n)}\t{n}" for n in layout.nodes]
+    return f"# written by deploy/testbed for testbed {layout.name}\n" + "\n".join(lines) + "\n"
+
+
+def sshd_config() -> str:
+    """sshd_config of a node: own host key, key-only root login."""
+    return """# written by deploy/testbed: key-only root login, this node's own host key
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxStartups 100:30:200
+MaxSessions 100
+AcceptEnv LANG LC_*
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
+
+
+def _program(name: str, command: str, *, autostart: bool = True, user: str = "", priority: int = 50) -> str:
+    """One supervisord [program:x] section."""
+    lines = [f"[program:{name}]", f"command={command}", f"autostart={'true' if autostart else 'false'}",
+             "autorestart=true", f"priority={priority}", "startsecs=1", "stopwaitsecs=10",
+             "redirect_stderr=true", f"stdout_logfile=/var/log/supervisor/{name}.log",
+             "stdout_logfile_maxbytes=1MB", "stdout_logfile_backups=1"]
+    if user:
+        lines.append(f"user={user}")
+    return "\n".join(lines) + "\n"
+
+
+def supervisor_conf(layout: Layout, node: str) -> str:
+    """supervisord programs of a node; Slurm daemons are defined but not started with --bare."""
+    wait_munge = "until [ -S /run/munge/munge.socket.2 ]; do sleep 0.1; done"
+    daemon = "slurmctld" if node == "ctl" else "slurmd"
+    parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
+             _program("munged", "/usr/sbin/munged -F", user="munge", priority=10),
+             _program("sshd", "/usr/sbin/sshd -D -e", priority=20),
+             _program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
+                      autostart=not layout.bare, priority=30)]
+    return "\n".join(parts)
+
+
+def slurm_conf(layout: Layout) -> str:
+    """Minimal slurm.conf of a running testbed (one partition `debug` with all compute nodes)."""
+    nodes = hostlist(layout.compute_nodes)
+    return f"""# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)
+ClusterName={layout.name}
+SlurmctldHost=ctl
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+SlurmctldPort={PORT_SLURMCTLD}
+SlurmdPort={PORT_SLURMD}
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SlurmdParameters=config_overrides
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN
+PartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(layout: Layout) -> str:
+    """gres.conf: eight fake GPUs per compute node, backed by /dev/nvidia0..7."""
+    return (f"# gres.conf written by deploy/testbed for testbed {layout.name}\n"
+            f"NodeName={hostlist(layout.compute_nodes)} Name=gpu File=/dev/nvidia[0-{GPUS_PER_NODE - 1}]\n")
+
+
+def hostlist(names: list[str]) -> str:
+    """Compress gpu01..gpuNN (one contiguous numbered run) to Slurm's gpu[01-NN]."""
+    if len(names) == 1:
+        return names[0]
+    return f"gpu[{names[0][3:]}-{names[-1][3:]}]"
+
+
+def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -> str:
+    """Build the node's upper layer; return its public host key line."""
+    d = layout.node_dir(node)
+    for sub in ("upper", "work", "root"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    upper = d / "upper"
+    keyfile = d / "ssh_host_ed25519_key"
+    if not keyfile.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node}", "-f", str(keyfile)])
+    pub = (d / "ssh_host_ed25519_key.pub").read_text()
+    put(upper, "etc/ssh/ssh_host_ed25519_key", keyfile.read_bytes(), 0o600)
+    put(upper, "etc/ssh/ssh_host_ed25519_key.pub", pub)
+    for kind in ("rsa", "ecdsa"):
+        for suffix in ("", ".pub"):
+            if os.path.lexists(f"/etc/ssh/ssh_host_{kind}_key{suffix}"):
+                whiteout(upper, f"etc/ssh/ssh_host_{kind}_key{suffix}")
+    put(upper, "etc/ssh/sshd_config", sshd_config())
+    put(upper, "etc/hostname", node + "\n")
+    put(upper, "etc/hosts", hosts_file(layout))
+    put(upper, "etc/fstab", "# /etc/fstab of testbed node (written by deploy/testbed)\n")
+    opaque_dir(upper, "root", 0o700)
+    for dotfile in (".bashrc", ".profile", ".bash_logout"):
+        if os.path.exists(f"/etc/skel/{dotfile}"):
+            put(upper, f"root/{dotfile}", Path(f"/etc/skel/{dotfile}").read_bytes())
+    opaque_dir(upper, "root/.ssh", 0o700)
+    put(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
+    munge = _ids("munge")
+    put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
+    put(upper, "etc/supervisor/conf.d/testbed.conf", supervisor_conf(layout, node))
+    slurm = _ids("slurm")
+    for rel in ("var/lib/slurm/slurmctld", "var/lib/slurm/slurmd", "var/log/slurm"):
+        path = _mirror_mkdir(upper, rel)
+        os.chown(path, *slurm)
+    if not layout.bare:
+        put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
+        put(upper, "etc/slurm/gres.conf", gres_conf(layout))
+    install_standins(upper)
+    if os.path.lexists(str(BASE)):
+        whiteout(upper, str(BASE).lstrip("/"))
+    return f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
+
+
+def install_standins(upper: Path) -> None:
+    """Put the testbed-only mount.nfs and enroot stand-ins into a node (never on the host)."""
+    put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
+    put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
+
+
+def write_client_files(layout: Layout, host_keys: list[str]) -> None:
+    """known_hosts and ssh_config for reaching the nodes from the host."""
+    layout.known_hosts.write_text("".join(host_keys))
+    entries = [f"# ssh_config of testbed {layout.name} (written by deploy/testbed)\n"]
+    for node in layout.nodes:
+        entries.append(f"""Host {node}
+    HostName {layout.ip(node)}
+    User root
+    IdentityFile {layout.identity}
+    IdentitiesOnly yes
+    UserKnownHostsFile {layout.known_hosts}
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    ProxyCommand ip netns exec {layout.admin_ns} nc %h %p
+    LogLevel ERROR
+""")
+    layout.ssh_config.write_text("\n".join(entries))
+
+
+# --------------------------------------------------------------------------------------------- network
+
+
+def netns_exists(name: str) -> bool:
+    """Whether a named network namespace exists."""
+    return os.path.exists(f"/run/netns/{name}")
+
+
+def network_up(layout: Layout) -> None:
+    """Create the admin namespace with its bridge, and one namespace plus veth per node."""
+    todo = [ns for ns in [layout.admin_ns, *map(layout.ns, layout.nodes)] if not netns_exists(ns)]
+    if todo:
+        run(["ip", "-batch", "-"], input="".join(f"netns add {ns}\n" for ns in todo))
+    batch = [] if _link_exists(layout.admin_ns, "br0") else [
+        "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/24 dev br0", "link set br0 up"]
+    for node in layout.nodes:
+        if not _link_exists(layout.admin_ns, f"v-{node}"):
+            batch += [f"link add v-{node} type veth peer name eth0 netns {layout.ns(node)}",
+                      f"link set v-{node} master br0 up"]
+    if batch:
+        run(["ip", "-n", layout.admin_ns, "-batch", "-"], input="\n".join(batch) + "\n")
+
+
+def _link_exists(ns: str, link: str) -> bool:
+    """Whether a link exists in a namespace."""
+    return run(["ip", "-n", ns, "link", "show", link], check=False).returncode == 0
+
+
+def network_down(layout: Layout) -> None:
+    """Delete every namespace of the testbed (their veths and bridge go with them)."""
+    names = testbed_netns(layout.name)
+    if names:
+        run(["ip", "-batch", "-"], input="".join(f"netns del {ns}\n" for ns in names), check=False)
+    with contextlib.suppress(OSError):
+        if not os.listdir("/run/netns") and not other_testbeds(layout.name) and _is_mountpoint("/run/netns"):
+            node_init.umount2("/run/netns", node_init.MNT_DETACH)
+
+
+def testbed_netns(name: str) -> list[str]:
+    """Named network namespaces that belong to testbed NAME (exact pattern, no prefix matching)."""
+    pattern = re.compile(rf"^{re.escape(name)}-(admin|ctl|gpu\d+)$")
+    try:
+        return sorted(n for n in os.listdir("/run/netns") if pattern.match(n))
+    except FileNotFoundError:
+        return []
+
+
+def other_testbeds(name: str) -> list[str]:
+    """Names of other testbeds with a state directory."""
+    if not BASE.is_dir():
+        return []
+    return [p.name for p in BASE.iterdir() if p.is_dir() and p.name != name]
+
+
+def _is_mountpoint(path: str) -> bool:
+    """Whether PATH is a mount point in our mount namespace."""
+    return any(m == path for m in mountpoints())
+
+
+def mountpoints() -> list[str]:
+    """Mount points of our mount namespace, in mount order."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            out.append(line.split()[4].replace("\\040", " "))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- nodes
+
+
+def mount_roots(layout: Layout) -> None:
+    """Mount each node's root overlay in the host namespace (before any node starts, so all see all)."""
+    current = set(mountpoints())
+    for node in layout.nodes:
+        d = layout.node_dir(node)
+        if str(d / "root") in current:
+            continue
+        opts = f"lowerdir=/,upperdir={d / 'upper'},workdir={d / 'work'}"
+        node_init.mount(f"{node}:/", str(d / "root"), "overlay", 0, opts)
+
+
+def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
+    """Launch a node's bootstrap; it prints the host PID of the node's PID 1."""
+    spec = {"name": layout.name, "node": node, "state": str(layout.state), "ip": layout.ip(node),
+            "prefixlen": 24, "gpus": 0 if node == "ctl" else GPUS_PER_NODE, "peers": layout.nodes,
+            "marker": layout.marker(node), "console": str(layout.node_dir(node) / "console.log"),
+            "munge_uid": _ids("munge")[0], "munge_gid": _ids("munge")[1]}
+    cmd = ["nsenter", f"--net=/run/netns/{layout.ns(node)}", NODE_PYTHON, "-I", "-S",
+           str(HERE / "node_init.py"), json.dumps(spec)]
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env={"PATH": PATH, "RECONCILER_TESTBED": layout.marker(node)})
+
+
+def start_nodes(layout: Layout, nodes: list[str]) -> None:
+    """Start nodes in parallel and record their PID 1."""
+    procs = {node: start_node(layout, node) for node in nodes}
+    for node, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode != 0 or not out.strip().isdigit():
+            raise TestbedError(f"node {node} failed to start: {err.strip()}")
+        layout.pids[node] = int(out.strip())
+    layout.save()
+
+
+def node_alive(layout: Layout, node: str) -> bool:
+    """Whether the node's PID 1 is alive and carries the node's exact marker."""
+    pid = layout.pids.get(node)
+    return bool(pid) and environ_marker(pid) == layout.marker(node)  # type: ignore[arg-type]
+
+
+def environ_marker(pid: int) -> str | None:
+    """The RECONCILER_TESTBED value in a process's environment, if any."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"RECONCILER_TESTBED="):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def listening_ports(pid: int) -> set[int]:
+    """TCP ports listening in the network namespace of PID."""
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{name}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def node_ready(layout: Layout, node: str) -> bool:
+    """sshd and munged up, and the Slurm daemon listening unless --bare."""
+    pid = layout.pids[node]
+    if not os.path.exists(f"/proc/{pid}/root/run/munge/munge.socket.2"):
+        return False
+    want = {PORT_SSH}
+    if not layout.bare:
+        want.add(PORT_SLURMCTLD if node == "ctl" else PORT_SLURMD)
+    return want <= listening_ports(pid)
+
+
+def nsenter(layout: Layout, node: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a shell command inside a node (all its namespaces) with a clean environment."""
+    cmd = ["nsenter", "-t", str(layout.pids[node]), "-a", "--", "/usr/bin/env", "-i", f"PATH={PATH}",
+           "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", command]
+    return subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+
+
+def slurm_states(layout: Layout) -> dict[str, str]:
+    """Node states as sinfo on ctl reports them."""
+    proc = nsenter(layout, "ctl", "sinfo -h -N -o '%N %t'")
+    return dict(line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2)
+
+
+def wait_ready(layout: Layout, timeout: float) -> None:
+    """Wait until every node is up and, unless --bare, sinfo shows every compute node idle."""
+    deadline = time.monotonic() + timeout
+    pending = set(layout.nodes)
+    while pending and time.monotonic() < deadline:
+        pending = {n for n in pending if not node_ready(layout, n)}
+        if pending:
+            dead = [n for n in pending if not node_alive(layout, n)]
+            if dead:
+                raise TestbedError(f"node(s) died while starting: {', '.join(dead)}; see "
+                                   f"{layout.node_dir(dead[0]) / 'console.log'}")
+            time.sleep(0.05)
+    if pending:
+        raise TestbedError(f"nodes not ready after {timeout:.0f}s: {', '.join(sorted(pending))}")
+    while not layout.bare:
+        states = slurm_states(layout)
+        if all(states.get(n) == "idle" for n in layout.compute_nodes):
+            return
+        if time.monotonic() > deadline:
+            bad = {n: states.get(n, "?") for n in layout.compute_nodes if states.get(n) != "idle"}
+            raise TestbedError(f"compute nodes not idle after {timeout:.0f}s: {bad}")
+        time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------------------------- teardown
+
+
+def _ns_inode(path: str) -> tuple[int, int] | None:
+    """(dev, inode) of a namespace file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def testbed_pids(layout: Layout) -> set[int]:
+    """Every process of the testbed: node PID 1s (exact marker) and anything in its namespaces."""
+    nets = {i for i in (_ns_inode(f"/run/netns/{ns}") for ns in testbed_netns(layout.name)) if i}
+    mnts: set[tuple[int, int]] = set()
+    pids = set()
+    for node in layout.nodes:
+        if node_alive(layout, node):
+            pids.add(layout.pids[node])
+            for kind in ("mnt", "pid"):
+                ino = _ns_inode(f"/proc/{layout.pids[node]}/ns/{kind}")
+                if ino:
+                    mnts.add(ino)
+    markers = {layout.marker(n) for n in layout.nodes}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        if environ_marker(pid) in markers or _ns_inode(f"/proc/{pid}/ns/net") in nets or any(
+                _ns_inode(f"/proc/{pid}/ns/{k}") in mnts for k in ("mnt", "pid")):
+            pids.add(pid)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    """Whether PID exists and is not a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def kill_all(pids: set[int], timeout: float = 10) -> set[int]:
+    """SIGKILL PIDs and wait until they are gone; return the survivors."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    left = {p for p in pids if _alive(p)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)
+        left = {p for p in left if _alive(p)}
+    return left
+
+
+def unmount_state(layout: Layout) -> None:
+    """Unmount everything mounted below the state directory, deepest first."""
+    prefix = str(layout.state) + "/"
+    for mp in sorted((m for m in mountpoints() if m.startswith(prefix)), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            node_init.umount2(mp, node_init.MNT_DETACH)
+
+
+def teardown(layout: Layout) -> None:
+    """Kill every testbed process by PID, then unmount, delete namespaces and the state directory."""
+    for _ in range(3):
+        pids = testbed_pids(layout)
+        if not pids:
+            break
+        left = kill_all(pids)
+        if left:
+            raise TestbedError(f"processes survive SIGKILL: {sorted(left)}")
+    unmount_state(layout)
+    network_down(layout)
+    if layout.state.exists():
+        shutil.rmtree(layout.state)
+
+
+# --------------------------------------------------------------------------------------------- commands
+
+
+def running(layout: Layout) -> bool:
+    """Whether every node of a saved testbed is alive."""
+    return bool(layout.pids) and all(node_alive(layout, n) for n in layout.nodes)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """Bring a testbed up (idempotent) and print its desired-state directory last."""
+    require_root_and_deps()
+    want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare)
+    validate_layout(want)
+    with locked(want.name):
+        old = Layout.load(want.name)
+        if old and running(old):
+            if (old.computes, old.subnet, old.bare) != (want.computes, want.subnet, want.bare):
+                raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
+                                   f"subnet {old.subnet}, bare={old.bare}; run down first to change it")
+            log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
+            print(old.desired_state)
+            return 0
+        if old or testbed_netns(want.name) or want.state.exists():
+            log(f"cleaning up a stale testbed {want.name}")
+            teardown(old or want)
+        started = time.monotonic()
+        bring_up(want)
+        log(f"testbed {want.name} up: {len(want.nodes)} nodes in {time.monotonic() - started:.1f}s; "
+            f"ssh -F {want.ssh_config} gpu01")
+    print(want.desired_state)
+    return 0
+
+
+def bring_up(layout: Layout) -> None:
+    """Prepare, start and wait for every node; write the client files and the desired state."""
+    layout.state.mkdir(parents=True, exist_ok=True)
+    os.chmod(layout.state, 0o700)
+    layout.save()
+    if not layout.identity.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"testbed-{layout.name}",
+             "-f", str(layout.identity)])
+    client_pub = Path(f"{layout.identity}.pub").read_text()
+    munge_key = os.urandom(1024)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub), layout.nodes))
+    write_client_files(layout, keys)
+    network_up(layout)
+    mount_roots(layout)
+    start_nodes(layout, layout.nodes)
+    wait_ready(layout, timeout=60 + layout.computes)
+    write_desired_state(layout)
+
+
+def write_desired_state(layout: Layout) -> None:
+    """Write the testbed's desired-state directory (see desired_state.py)."""
+    import desired_state
+
+    desired_state.write(layout)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """Tear a testbed down completely."""
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root")
+    with locked(args.name):
+        layout = Layout.load(args.name) or Layout(name=args.name)
+        started = time.monotonic()
+        teardown(layout)
+        log(f"testbed {args.name} down in {time.monotonic() - started:.2f}s")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print each node with its address, PID 1 and listening services; exit 1 when not fully up."""
+    layout = Layout.load(args.name)
+    if not layout:
+        print(f"testbed {args.name}: not up")
+        return 1
+    mode = "bare" if layout.bare else "slurm"
+    print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.subnet}.0/24, {mode}, "
+          f"state {layout.state}")
+    names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd"}
+    ok = True
+    for node in layout.nodes:
+        alive = node_alive(layout, node)
+        ok &= alive
+        ports = listening_ports(layout.pids[node]) if alive else set()
+        services = ",".join(names[p] for p in sorted(ports) if p in names) or "-"
+        print(f"  {node:8} {layout.ip(node):15} pid {layout.pids.get(node, '-')!s:8} "
+              f"{'up' if alive else 'DOWN':5} {services}")
+    print(f"ssh_config {layout.ssh_config}\ndesired-state {layout.desired_state}")
+    return 0 if ok else 1
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    """Exec ssh to a node with the testbed's ssh_config."""
+    layout = Layout.load(args.name)
+    if not layout:
+        raise TestbedError(f"testbed {args.name} is not up")
+    os.execvp("ssh", ["ssh", "-F", str(layout.ssh_config), args.node, *args.command])
+    return 1
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """Run a command inside a node through nsenter (no SSH)."""
+    layout = Layout.load(args.name)
+    if not layout or not node_alive(layout, args.node):
+        raise TestbedError(f"node {args.node} of testbed {args.name} is not up")
+    proc = nsenter(layout, args.node, " ".join(args.command), timeout=3600)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode
+
+
+POLICY_RC_D = "#!/bin/sh\n# written by deploy/testbed: never start daemons on the host when installing packages\nexit 101\n"
+
+
+def cmd_deps(args: argparse.Namespace) -> int:
+    """Install the Debian packages the testbed needs, with a policy-rc.d that stops daemons starting."""
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root")
+    if BASE.is_dir() and any(p.is_dir() for p in BASE.iterdir()):
+        raise TestbedError(f"a testbed is up (see {BASE}): the host's / is its lower layer; run down first")
+    policy = Path("/usr/sbin/policy-rc.d")
+    if not policy.exists() or "exit 101" not in policy.read_text():
+        if policy.exists():
+            policy.rename(policy.with_suffix(".d.reconciler-testbed.bak"))
+        policy.write_text(POLICY_RC_D)
+        policy.chmod(0o755)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update"],
+                ["apt-get", "install", "-y", "--no-install-recommends", *DEBIAN_PACKAGES]):
+        log(" ".join(cmd))
+        if subprocess.run(cmd, env=env).returncode != 0:
+            raise TestbedError(f"{' '.join(cmd)} failed")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """Command-line interface."""
+    p = argparse.ArgumentParser(prog="testbed", description="Local multi-node Slurm testbed (root, namespaces).")
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="bring a testbed up; prints its desired-state directory last")
+    up.add_argument("--nodes", type=int, default=4, help="number of compute nodes gpu01..gpuNN (default 4)")
+    up.add_argument("--bare", action="store_true", help="no slurm.conf, Slurm daemons not started")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets (default 10.250.0)")
+    for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
+        sub.add_parser(name, help=helptext)
+    ssh = sub.add_parser("ssh", help="ssh to a node: ssh NODE [CMD...]")
+    ex = sub.add_parser("exec", help="run a command in a node through nsenter: exec NODE CMD...")
+    for s in (ssh, ex):
+        s.add_argument("node")
+        s.add_argument("command", nargs=argparse.REMAINDER)
+    sub.add_parser("deps", help="apt-get install the Debian packages the testbed needs")
+    for s in sub.choices.values():
+        s.add_argument("--name", default=DEFAULT_NAME, help=f"testbed name (default {DEFAULT_NAME})")
+    return p
+
+
+COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "ssh": cmd_ssh, "exec": cmd_exec,
+            "deps": cmd_deps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except TestbedError as e:
+        print(f"testbed: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

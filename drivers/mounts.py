@@ -1,0 +1,77 @@
+"""Driver for client mounts: the managed block of /etc/fstab, then each mount checked in /proc/mounts."""
+
+from __future__ import annotations
+
+import shlex
+
+from drivers.blocks import block_change
+from reconciler import hostlist
+from reconciler.engine.context import Context
+from reconciler.engine.ops import RunCommand
+from reconciler.engine.plan import Change
+from reconciler.facts.gather import FactRequest
+from reconciler.facts.models import MountFact, NodeFacts
+from reconciler.model import Mount
+from reconciler.render.blocks import BlockError, block_body
+from reconciler.render.storage import fstab_block
+
+FSTAB = "/etc/fstab"
+
+
+def mounted(mounts: list[MountFact], mount: Mount) -> bool:
+    """True when /proc/mounts shows the mountpoint with the wanted source (fstype is not trusted)."""
+    return any(m.mountpoint == mount.mountpoint and m.source.rstrip("/") == mount.source.rstrip("/")
+               for m in mounts)
+
+
+def _old_mountpoints(content: str | None) -> list[tuple[str, str]]:
+    try:
+        body = block_body(content or "") or []
+    except BlockError:
+        return []
+    return [(f[0], f[1]) for f in (line.split() for line in body) if len(f) >= 2 and not f[0].startswith("#")]
+
+
+class MountsDriver:
+    """Writes the fstab block, mounts what is missing, unmounts what left the block."""
+
+    name = "mounts"
+    phase = 20
+
+    def _mounts(self, ctx: Context, node: str) -> list[Mount]:
+        return [m for m in ctx.state.storage.mounts if node in hostlist.expand(m.nodes)]
+
+    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
+        """Ask for /etc/fstab and /proc/mounts."""
+        req.files.append(FSTAB)
+        req.commands["proc_mounts"] = "cat /proc/mounts"
+
+    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        """The fstab block change, then one change per mount that is missing or no longer wanted."""
+        fact = facts.files.get(FSTAB)
+        changes = [block_change(self.name, node, FSTAB, fact, fstab_block(ctx.state.storage, node),
+                                phase=self.phase)]
+        wanted = self._mounts(ctx, node)
+        for mount in wanted:
+            resource = f"mount {mount.mountpoint}"
+            if mounted(facts.mounts, mount):
+                changes.append(Change(node=node, driver=self.name, resource=resource, action="ok",
+                                      phase=self.phase + 1))
+                continue
+            mp = shlex.quote(mount.mountpoint)
+            changes.append(Change(
+                node=node, driver=self.name, resource=resource, action="create", phase=self.phase + 1,
+                summary=f"mount {mount.source} on {mount.mountpoint}",
+                ops=[RunCommand(command=f"mkdir -p {mp} && mount {mp}", description=f"mount {mount.mountpoint}")],
+            ))
+        wanted_points = {m.mountpoint for m in wanted}
+        for source, point in _old_mountpoints(fact.content if fact else None):
+            if point in wanted_points:
+                continue
+            if any(m.mountpoint == point and m.source.rstrip("/") == source.rstrip("/") for m in facts.mounts):
+                changes.append(Change(
+                    node=node, driver=self.name, resource=f"mount {point}", action="delete", phase=self.phase - 1,
+                    summary=f"unmount {source} from {point} (removed from the desired state)",
+                    ops=[RunCommand(command=f"umount {shlex.quote(point)}", description=f"umount {point}")],
+                ))
+        return changes

@@ -1,0 +1,37 @@
+"""Driver for NFS exports: the managed block of /etc/exports, validated and applied by `exportfs -ra`."""
+
+from __future__ import annotations
+
+from drivers.blocks import block_change
+from reconciler.engine.context import Context
+from reconciler.engine.plan import Change
+from reconciler.facts.gather import FactRequest
+from reconciler.facts.models import NodeFacts
+from reconciler.render.storage import exports_block
+
+EXPORTS = "/etc/exports"
+EXPORTFS = "exportfs -ra"
+
+
+class NfsExportsDriver:
+    """Keeps the exports of NFS server nodes; a rejected /etc/exports is rolled back."""
+
+    name = "nfs_exports"
+    phase = 10
+
+    def _manages(self, ctx: Context, node: str) -> bool:
+        return "nfs-server" in ctx.specs[node].roles or exports_block(ctx.state.storage, node) is not None
+
+    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
+        """Ask for /etc/exports on NFS servers."""
+        if self._manages(ctx, node):
+            req.files.append(EXPORTS)
+
+    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        """One change when the managed block differs; `exportfs -ra` must accept the new file."""
+        if not self._manages(ctx, node):
+            return []
+        body = exports_block(ctx.state.storage, node)
+        change = block_change(self.name, node, EXPORTS, facts.files.get(EXPORTS), body, phase=self.phase,
+                              after=EXPORTFS)
+        return [change]

@@ -1,0 +1,81 @@
+"""Driver for Slurm node state: desired drains, and resuming only drains the reconciler set itself."""
+
+from __future__ import annotations
+
+import shlex
+
+from reconciler.engine.context import Context
+from reconciler.engine.ops import RunCommand
+from reconciler.engine.plan import Change
+from reconciler.facts.gather import FactRequest
+from reconciler.facts.models import NodeFacts, SlurmNodeFact
+from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND
+from reconciler.inventory import slurm_nodes
+
+REASON_PREFIX = "reconciler:"
+ROLLOUT_REASON = "reconciler: rolling restart of slurmd"
+# Drains owned by the health checks: only a passing check resumes them.
+CHECK_PREFIXES = ("reconciler: nccl", "reconciler: check")
+
+
+def drain_command(node: str, reason: str) -> str:
+    """scontrol command draining a node with a reason."""
+    return f"scontrol update nodename={shlex.quote(node)} state=drain reason={shlex.quote(reason)}"
+
+
+def resume_command(node: str) -> str:
+    """scontrol command resuming a node."""
+    return f"scontrol update nodename={shlex.quote(node)} state=resume"
+
+
+def ours(reason: str | None) -> bool:
+    """True when a drain reason was written by the reconciler."""
+    return bool(reason) and str(reason).startswith(REASON_PREFIX)
+
+
+def desired_reason(reason: str) -> str:
+    """The Slurm reason for a drain asked for in the YAML."""
+    return f"{REASON_PREFIX} {reason}"
+
+
+class NodeStateDriver:
+    """Drains nodes the YAML wants drained; resumes nodes it drained itself when no longer wanted."""
+
+    name = "node_state"
+    phase = 60
+
+    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
+        """The controller reports Slurm's view of every node and the running jobs."""
+        if node == ctx.controller:
+            req.commands["scontrol_nodes"] = SCONTROL_NODES_COMMAND
+            req.commands["squeue"] = SQUEUE_COMMAND
+
+    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        """Node-state changes are planned once, on the controller, for every Slurm node."""
+        if node != ctx.controller or ctx.facts.slurm_view_error:
+            return []
+        changes = []
+        for name in slurm_nodes(ctx.state):
+            if ctx.limit is not None and name not in ctx.limit:
+                continue
+            view = ctx.facts.slurm_nodes.get(name)
+            if view is not None:
+                changes.append(self._plan_node(ctx, name, view))
+        return changes
+
+    def _plan_node(self, ctx: Context, name: str, view: SlurmNodeFact) -> Change:
+        spec = ctx.specs.get(name)
+        wanted = desired_reason(spec.drain) if spec and spec.drain else None
+        base = {"node": name, "driver": self.name, "resource": "slurm node state", "phase": self.phase,
+                "run_on": ctx.controller}
+        if wanted:
+            if view.drained and view.reason == wanted:
+                return Change(action="ok", **base)
+            if view.drained and not ours(view.reason):
+                return Change(action="ok", summary=f"already drained by someone else ({view.reason})", **base)
+            return Change(action="update", summary=f"drain ({wanted})",
+                          ops=[RunCommand(command=drain_command(name, wanted))], **base)
+        if view.drained and ours(view.reason) and not str(view.reason).startswith(CHECK_PREFIXES):
+            return Change(action="update", summary=f"resume (drain '{view.reason}' is no longer wanted)",
+                          ops=[RunCommand(command=resume_command(name))], **base)
+        return Change(action="ok", **base)

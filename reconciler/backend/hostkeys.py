@@ -1,0 +1,125 @@
+"""Host key checking against a known_hosts file: refuse unknown or changed keys, or trust new ones on request.
+
+fabric 3.2.3 gives every `Connection` paramiko's AutoAddPolicy and loads no known_hosts at all, so
+this module does the checking itself: before a connection opens, its client gets the known keys of
+the host (under the name paramiko will look up) and a policy that refuses any host it does not know.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+
+class HostKeyRefused(Exception):
+    """A host key that is unknown (under the reject policy) or that changed: the connection is refused."""
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """The OpenSSH-style SHA256 fingerprint of a public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+
+
+def known_hosts_name(host: str, port: int, alias: str | None = None) -> str:
+    """The name a host's key is filed under in known_hosts: alias or host, `[host]:port` off port 22."""
+    if alias:
+        return alias
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class KnownHosts:
+    """One known_hosts file, read once; thread-safe lookups and trust-on-first-use appends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._keys = paramiko.HostKeys()
+        self._lock = threading.Lock()
+        if path.is_file():
+            self._keys.load(str(path))
+
+    def lookup(self, name: str) -> dict[str, paramiko.PKey]:
+        """The known keys of a host name, by key type (empty when the host is unknown)."""
+        with self._lock:
+            entry = self._keys.lookup(name)
+            return {keytype: entry[keytype] for keytype in entry.keys()} if entry else {}
+
+    def record(self, name: str, key: paramiko.PKey) -> None:
+        """Append a new host's key to the file; refuse if another key of that type was recorded meanwhile."""
+        with self._lock:
+            entry = self._keys.lookup(name)
+            known = entry.get(key.get_name()) if entry else None
+            if known is not None:
+                if known != key:
+                    raise HostKeyRefused(f"HOST KEY CHANGED for {name} while connecting: refusing")
+                return
+            self._append(f"{name} {key.get_name()} {key.get_base64()}\n")
+            self._keys.add(name, key.get_name(), key)
+
+    def _append(self, line: str) -> None:
+        """Append one line, creating the file (mode 0600) and its directory when missing."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="ascii") as handle:
+            if handle.tell() > 0 and not self.path.read_bytes().endswith(b"\n"):
+                handle.write("\n")
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+@dataclass(frozen=True)
+class HostKeyCheck:
+    """How one connection's host key is checked: under which name, in which file, with which policy."""
+
+    label: str  # for messages, e.g. "gpu01 (10.250.0.11)" or "bastion ops@10.0.0.1:22"
+    name: str  # the known_hosts lookup name
+    known: KnownHosts
+    accept_new: bool
+
+    def unknown_message(self) -> str:
+        """The refusal message for a host that is not in known_hosts."""
+        return (f"host key for {self.label} not in {self.known.path} (as {self.name}): refusing "
+                "(set ssh.host_key_policy: accept-new to trust on first use)")
+
+    def changed_message(self, offered: paramiko.PKey, expected: paramiko.PKey) -> str:
+        """The refusal message for a host whose key differs from the recorded one."""
+        return (f"HOST KEY CHANGED for {self.label}: {self.known.path} has {expected.get_name()} "
+                f"{fingerprint(expected)} for {self.name}, the server offered {offered.get_name()} "
+                f"{fingerprint(offered)}: refusing (possible man-in-the-middle; if the node was reinstalled, "
+                f"remove the old key: ssh-keygen -R '{self.name}' -f {self.known.path})")
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko only for a host with no known key: record it (accept-new) or refuse."""
+
+    def __init__(self, check: HostKeyCheck) -> None:
+        self.check = check
+
+    def missing_host_key(self, client: Any, hostname: str, key: paramiko.PKey) -> None:
+        """Refuse the unknown key, or record it when the policy is accept-new."""
+        if not self.check.accept_new:
+            raise HostKeyRefused(self.check.unknown_message())
+        self.check.known.record(self.check.name, key)
+
+
+def enforce(client: paramiko.SSHClient, check: HostKeyCheck, host: str, port: int) -> None:
+    """Arm a paramiko client: the host's known keys under paramiko's lookup name, and no AutoAdd."""
+    paramiko_name = known_hosts_name(host, port)
+    keys = client.get_host_keys()
+    keys.clear()
+    for keytype, key in check.known.lookup(check.name).items():
+        keys.add(paramiko_name, keytype, key)
+    client.set_missing_host_key_policy(_Policy(check))
+
+
+def refusal(exc: paramiko.BadHostKeyException, check: HostKeyCheck) -> HostKeyRefused:
+    """Turn paramiko's mismatch exception into a refusal with the clear message."""
+    return HostKeyRefused(check.changed_message(exc.key, exc.expected_key))

@@ -1,0 +1,1 @@
+"""The reconcile engine: gather facts, plan changes, apply them in phases."""

@@ -1,0 +1,90 @@
+"""Build the plan: every driver's changes per node, then the Slurm actions they need."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from drivers import Driver
+from drivers.slurm_consequences import node_definition_changed, slurm_conf_consequence
+from reconciler.engine.context import Context
+from reconciler.engine.plan import Change, Plan, SlurmActions
+from reconciler.inventory import slurm_nodes
+from reconciler.render import render_file
+from reconciler.render.files import file_path
+
+
+def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
+    """Compare facts with the desired state for every target node."""
+    plan = Plan(source=ctx.source, commit=ctx.loaded.commit)
+    for spec in ctx.targets():
+        facts = ctx.facts.nodes.get(spec.name)
+        if facts is None or not facts.reachable:
+            why = facts.error if facts and facts.error else "no facts"
+            plan.unreachable[spec.name] = why
+            plan.changes.append(Change(node=spec.name, driver="ssh", resource="node", action="unknown",
+                                       summary=f"unreachable: {why}"))
+            continue
+        for driver in drivers:
+            plan.changes.extend(driver.plan(ctx, spec.name, facts))
+    if ctx.facts.slurm_view_error and ctx.facts.slurm_nodes == {}:
+        plan.errors.append(f"Slurm's view unavailable ({ctx.facts.slurm_view_error}): node states not planned")
+    plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
+    plan.slurm = slurm_actions(ctx, plan)
+    return plan
+
+
+def _current(ctx: Context, node: str, name: str) -> str | None:
+    facts = ctx.facts.nodes.get(node)
+    fact = facts.files.get(file_path(ctx.state, name)) if facts else None
+    return fact.content if fact and fact.exists else None
+
+
+def slurm_actions(ctx: Context, plan: Plan) -> SlurmActions:
+    """Decide reconfigure vs restarts from what changes on each node, and who must be drained first."""
+    actions = SlurmActions()
+    family = ctx.state.cluster.slurm_version
+    compute = [n for n in slurm_nodes(ctx.state) if n in ctx.facts.nodes and ctx.facts.nodes[n].reachable
+               and (ctx.limit is None or n in ctx.limit)]
+    restart: set[str] = set()
+    changed_files = {(c.node, c.resource) for c in plan.changing() if c.driver == "slurm_config"}
+    desired = None
+    for node, path in sorted(changed_files):
+        name = path.rsplit("/", 1)[-1]
+        if name != "slurm.conf":
+            if node in compute:
+                restart.add(node)
+                actions.reasons.append(f"{name} changed on {node}: slurmd must restart")
+            continue
+        desired = desired or render_file(ctx.state, node, "slurm.conf", ctx.source)
+        before = _current(ctx, node, "slurm.conf")
+        consequence = slurm_conf_consequence(before, desired, family)
+        actions.reconfigure |= consequence.reconfigure
+        actions.restart_slurmctld |= consequence.restart_slurmctld and node == ctx.controller
+        if consequence.restart_all_slurmd:
+            restart.update(compute)
+        if node in compute and node_definition_changed(before, desired, node):
+            restart.add(node)
+            actions.reasons.append(f"{node}: hardware or GRES definition changed")
+        actions.reasons += [r for r in consequence.reasons if r not in actions.reasons]
+    _not_running(ctx, actions, compute, restart)
+    actions.restart_slurmd = sorted(restart)
+    for node in actions.restart_slurmd:
+        jobs = [j.job_id for j in ctx.facts.jobs_on(node)]
+        if jobs:
+            actions.drain_first[node] = jobs
+    return actions
+
+
+def _not_running(ctx: Context, actions: SlurmActions, compute: list[str], restart: set[str]) -> None:
+    """Daemons that should run but do not are started (e.g. the first apply on a fresh cluster)."""
+    ctl = ctx.facts.nodes.get(ctx.controller)
+    if ctl and ctl.reachable and (ctx.limit is None or ctx.controller in ctx.limit):
+        service = ctl.services.get("slurmctld")
+        if service is not None and not service.running:
+            actions.restart_slurmctld = True
+            actions.reasons.append("slurmctld is not running")
+    for node in compute:
+        service = ctx.facts.nodes[node].services.get("slurmd")
+        if service is not None and not service.running:
+            restart.add(node)
+            actions.reasons.append(f"slurmd is not running on {node}")

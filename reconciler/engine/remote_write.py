@@ -1,0 +1,79 @@
+"""The remote file writer: atomic install (temp + fsync + rename) with backup, validation and rollback."""
+
+from __future__ import annotations
+
+import json
+
+from reconciler.engine.ops import WriteFile
+
+BACKUP_SUFFIX = ".reconciler-bak"
+TMP_MARK = ".reconciler-tmp."
+
+# Runs on the node as `python3 -c ...`; stdin: JSON list of writes; stdout: JSON list of results.
+REMOTE_SCRIPT = r'''
+import glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
+BAK, TMP = %(bak)r, %(tmp)r
+def fsync_dir(d):
+    fd = os.open(d, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+def install(src_bytes, path, mode, owner, group):
+    d, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + base + TMP, dir=d)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(src_bytes); fh.flush(); os.fsync(fh.fileno())
+        if mode: os.chmod(tmp, int(mode, 8))
+        if owner or group:
+            os.chown(tmp, pwd.getpwnam(owner).pw_uid if owner else -1, grp.getgrnam(group).gr_gid if group else -1)
+        return tmp
+    except BaseException:
+        os.unlink(tmp); raise
+def run(cmd):
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300)
+    return p.returncode, (p.stdout + p.stderr).strip()[-2000:]
+def write(op):
+    path = op["path"]; d, base = os.path.split(path)
+    os.makedirs(d, exist_ok=True)
+    for stale in glob.glob(os.path.join(d, "." + base + TMP + "*")):
+        os.unlink(stale)  # left by a writer killed before its rename
+    old = None
+    if os.path.exists(path):
+        with open(path, "rb") as fh: old = fh.read()
+        if op.get("expect_sha256") and hashlib.sha256(old).hexdigest() != op["expect_sha256"]:
+            return {"ok": False, "error": "file changed on the node since facts were gathered; re-plan"}
+    tmp = install(op["content"].encode(), path, op.get("mode"), op.get("owner"), op.get("group"))
+    if op.get("validate_cmd"):
+        rc, out = run(op["validate_cmd"].replace("%%s", tmp))
+        if rc != 0:
+            os.unlink(tmp)
+            return {"ok": False, "error": "validation failed: " + out}
+    if old is not None:
+        st = os.stat(path)
+        bak = install(old, path + BAK, "%%o" %% (st.st_mode & 0o7777), None, None)
+        os.rename(bak, path + BAK)
+    os.rename(tmp, path); fsync_dir(d)
+    if op.get("after"):
+        rc, out = run(op["after"])
+        if rc != 0:
+            if old is not None:
+                back = install(old, path, "%%o" %% (os.stat(path + BAK).st_mode & 0o7777), None, None)
+                os.rename(back, path)
+            else:
+                os.unlink(path)
+            fsync_dir(d); run(op["after"])
+            return {"ok": False, "error": op["after"] + " rejected the new file (old one restored): " + out}
+    return {"ok": True}
+results = []
+for op in json.load(sys.stdin):
+    try: results.append(write(op))
+    except Exception as exc: results.append({"ok": False, "error": "%%s: %%s" %% (type(exc).__name__, exc)})
+json.dump(results, sys.stdout)
+''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK}  # noqa: UP031
+
+WRITE_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'"
+
+
+def write_request(ops: list[WriteFile]) -> str:
+    """The JSON the remote writer reads on stdin."""
+    return json.dumps([op.model_dump() for op in ops])

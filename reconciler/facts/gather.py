@@ -1,0 +1,65 @@
+"""The remote fact-gathering script (python3, stdlib only) and the request it answers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+# Runs on the node as `python3 -c ...`; reads the request as JSON on stdin, prints one JSON document.
+REMOTE_SCRIPT = r'''
+import hashlib, json, os, pwd, grp, subprocess, sys
+req = json.load(sys.stdin)
+out = {"hostname": os.uname().nodename, "files": {}, "stats": {}, "commands": {}}
+def owner(uid, gid):
+    try: u = pwd.getpwuid(uid).pw_name
+    except KeyError: u = str(uid)
+    try: g = grp.getgrgid(gid).gr_name
+    except KeyError: g = str(gid)
+    return u, g
+for path in req["files"]:
+    item = {"exists": False}
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as fh: data = fh.read(req["max_bytes"] + 1)
+        u, g = owner(st.st_uid, st.st_gid)
+        item = {"exists": True, "sha256": hashlib.sha256(data).hexdigest(), "mode": "%04o" % (st.st_mode & 0o7777),
+                "owner": u, "group": g, "size": st.st_size}
+        if len(data) <= req["max_bytes"]:
+            item["content"] = data.decode("utf-8", "replace")
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        item = {"exists": False, "error": str(exc)}
+    out["files"][path] = item
+for path in req["stats"]:
+    try:
+        st = os.stat(path)
+        out["stats"][path] = {"exists": True, "size": st.st_size, "mtime": int(st.st_mtime)}
+    except OSError:
+        out["stats"][path] = {"exists": False}
+env = dict(os.environ, LC_ALL="C", PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin")
+for name, cmd in req["commands"].items():
+    try:
+        p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=req["timeout"], env=env)
+        out["commands"][name] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
+    except subprocess.TimeoutExpired:
+        out["commands"][name] = {"rc": None, "stdout": "", "stderr": "timed out"}
+json.dump(out, sys.stdout)
+'''
+
+GATHER_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'"
+
+
+@dataclass
+class FactRequest:
+    """What to gather on one node: files with content, stat-only paths, and commands."""
+
+    files: list[str] = field(default_factory=list)
+    stats: list[str] = field(default_factory=list)
+    commands: dict[str, str] = field(default_factory=dict)
+    max_bytes: int = 1 << 20
+    timeout: int = 30
+
+    def to_json(self) -> str:
+        """The request as the remote script reads it on stdin."""
+        return json.dumps(asdict(self), sort_keys=True)

@@ -1,0 +1,52 @@
+"""Service managers: the commands that restart a service or ask whether it runs."""
+
+from __future__ import annotations
+
+import shlex
+
+from reconciler.facts import parsers
+from reconciler.facts.models import ServiceFact
+from reconciler.model import ServiceManager
+
+
+def restart_command(manager: ServiceManager, service: str) -> str:
+    """The command that restarts a service under this manager."""
+    quoted = shlex.quote(service)
+    if manager.type == "systemd":
+        return f"systemctl restart {quoted}"
+    if manager.type == "supervisord":
+        return f"supervisorctl restart {quoted}"
+    assert manager.restart is not None
+    return manager.restart.replace("{service}", quoted)
+
+
+def status_command(manager: ServiceManager, services: list[str]) -> str:
+    """One command printing the state of every service, for `parse_status`."""
+    if manager.type == "systemd":
+        return "systemctl is-active " + " ".join(shlex.quote(s) for s in services) + " || true"
+    if manager.type == "supervisord":
+        return "supervisorctl status || true"
+    assert manager.status is not None
+    return parsers.custom_status_command(manager.status, services)
+
+
+def parse_status(manager: ServiceManager, services: list[str], output: str) -> dict[str, ServiceFact]:
+    """Parse the output of `status_command` into a fact per asked service."""
+    if manager.type == "systemd":
+        found = parsers.parse_systemctl_is_active(services, output)
+    elif manager.type == "supervisord":
+        found = parsers.parse_supervisorctl_status(output)
+    else:
+        found = parsers.parse_custom_status(output)
+    return {s: found.get(s, ServiceFact(name=s, running=False, detail="not found")) for s in services}
+
+
+def start_command(manager: ServiceManager, service: str) -> str:
+    """The command that starts a stopped service under this manager."""
+    quoted = shlex.quote(service)
+    if manager.type == "systemd":
+        return f"systemctl start {quoted}"
+    if manager.type == "supervisord":
+        return f"supervisorctl start {quoted}"
+    assert manager.start is not None
+    return manager.start.replace("{service}", quoted)
