@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import select
 import shlex
-import socket
 import time
 from dataclasses import dataclass
 
@@ -36,10 +35,22 @@ def wrap_command(command: str, user: str) -> str:
     return inner if user == "root" else f"sudo -n -- {inner}"
 
 
-def execute(transport: paramiko.Transport, command: str, stdin: bytes | None, timeout: float,
-            open_timeout: float) -> Outcome:
-    """Run `command` on a new session channel of `transport`; close the channel at the deadline."""
-    channel = transport.open_session(timeout=open_timeout)
+class SessionOpenError(Exception):
+    """No session channel could be opened: nothing was sent, so the command may be retried."""
+
+
+def open_channel(transport: paramiko.Transport | None, timeout: float) -> paramiko.Channel:
+    """A new session channel on the transport; SessionOpenError when the connection is gone."""
+    if transport is None or not transport.is_active():
+        raise SessionOpenError("the connection is closed")
+    try:
+        return transport.open_session(timeout=timeout)
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        raise SessionOpenError(str(exc) or type(exc).__name__) from exc
+
+
+def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None, timeout: float) -> Outcome:
+    """Run `command` on an opened session channel, then close it; close it early at the deadline."""
     try:
         channel.settimeout(0.0)
         channel.exec_command(command)
@@ -103,5 +114,5 @@ def _wait(channel: paramiko.Channel, fd: int, seconds: float) -> None:
         return
     try:
         select.select([fd], [], [], seconds)
-    except (OSError, ValueError, socket.error):
+    except (OSError, ValueError):
         time.sleep(min(seconds, 0.01))

@@ -1,0 +1,325 @@
+"""The SSH transport: one cached fabric `Connection` per node, bounded parallelism, strict host keys."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import fabric
+import paramiko
+from fabric.connection import derive_shorthand
+from paramiko.ssh_exception import NoValidConnectionsError
+
+from reconciler.backend.base import BaseTransport, CommandResult
+from reconciler.backend.hostkeys import (
+    HostKeyCheck,
+    HostKeyRefused,
+    KnownHosts,
+    enforce,
+    known_hosts_name,
+    refusal,
+)
+from reconciler.backend.session import execute, wrap_command
+from reconciler.inventory import NodeSpec
+from reconciler.model import SSHDefaults
+
+KEEPALIVE_SECONDS = 30
+
+
+class ConnectError(Exception):
+    """A node could not be reached: the message says why (network, auth, host key, timeout)."""
+
+
+class _Connection(fabric.Connection):
+    """A fabric Connection whose `open` is thread-safe and whose jump channel honours the connect timeout."""
+
+    def __init__(self, *args: Any, host_key_check: HostKeyCheck | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open_lock = threading.Lock()
+        self.host_key_check = host_key_check
+
+    def open(self) -> Any:
+        """Open once, even when several threads share this connection (a bastion)."""
+        with self._open_lock:
+            return super().open()
+
+    def open_gateway(self) -> Any:
+        """Open the channel through the bastion with a timeout (fabric waits up to an hour)."""
+        if isinstance(self.gateway, fabric.Connection):
+            self.gateway.open()
+            return self.gateway.transport.open_channel(
+                kind="direct-tcpip", dest_addr=(self.host, int(self.port)), src_addr=("", 0),
+                timeout=self.connect_timeout)
+        return super().open_gateway()
+
+
+class SSHTransport(BaseTransport):
+    """Runs commands on nodes over SSH, as root (through `sudo -n` for other users)."""
+
+    def __init__(self, ssh: SSHDefaults, base_dir: Path, *, forks: int | None = None) -> None:
+        super().__init__(forks or ssh.forks)
+        self.ssh = ssh
+        self.base_dir = Path(base_dir)
+        self.connects: dict[str, int] = {}
+        self._ssh_config = self._load_ssh_config()
+        self._connections: dict[str, _Connection] = {}
+        self._failures: dict[str, str] = {}
+        self._gateways: dict[tuple[str, str | None], _Connection] = {}
+        self._known: dict[Path, KnownHosts] = {}
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ public API
+
+    def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
+            timeout: float | None = None) -> CommandResult:
+        """Run a shell command on a node as root; connection problems and timeouts come back as `error`."""
+        start = time.monotonic()
+        limit = float(timeout if timeout is not None else self.ssh.command_timeout)
+        data = stdin.encode("utf-8") if stdin is not None else None
+        try:
+            cxn = self._connection(node)
+            outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
+        except ConnectError as exc:
+            return CommandResult(node.name, None, "", "", time.monotonic() - start, error=str(exc))
+        stdout = outcome.stdout.decode("utf-8", errors="replace")
+        stderr = outcome.stderr.decode("utf-8", errors="replace")
+        error = f"command timed out after {limit:g}s" if outcome.timed_out else None
+        return CommandResult(node.name, outcome.exit_code, stdout, stderr, time.monotonic() - start, error)
+
+    def close(self) -> None:
+        """Close every node connection and every bastion connection."""
+        with self._lock:
+            connections = [*self._connections.values(), *self._gateways.values()]
+            self._connections.clear()
+            self._gateways.clear()
+        for cxn in connections:
+            _close_quietly(cxn)
+
+    def forget(self, node: str) -> None:
+        """Drop a node's connection and remembered failure, so the next command connects afresh."""
+        with self._lock:
+            cxn = self._connections.pop(node, None)
+            self._failures.pop(node, None)
+        if cxn is not None:
+            _close_quietly(cxn)
+
+    def connection(self, node: NodeSpec) -> fabric.Connection:
+        """The node's open fabric Connection (for file transfer); raises ConnectError when unreachable."""
+        return self._connection(node)
+
+    # ------------------------------------------------------------ connections
+
+    def _connection(self, node: NodeSpec) -> _Connection:
+        """The node's cached open connection; connect on first use, once (a failure is remembered)."""
+        with self._node_lock(node.name):
+            failure = self._failures.get(node.name)
+            if failure is not None:
+                raise ConnectError(failure)
+            cxn = self._connections.get(node.name)
+            if cxn is not None and cxn.is_connected:
+                return cxn
+            try:
+                cxn = self._open(node)
+            except ConnectError as exc:
+                self._failures[node.name] = str(exc)
+                raise
+            self._connections[node.name] = cxn
+            return cxn
+
+    def _execute(self, node: NodeSpec, cxn: _Connection, command: str, stdin: bytes | None,
+                 limit: float) -> Any:
+        """Run on the node's connection; if it went stale before the command started, reconnect once."""
+        for attempt in (1, 2):
+            try:
+                self.count_round_trip(node.name)
+                return execute(cxn.client.get_transport(), command, stdin, limit, self.ssh.connect_timeout)
+            except (paramiko.ChannelException, paramiko.SSHException, EOFError, OSError, AttributeError) as exc:
+                if attempt == 2:
+                    raise ConnectError(f"connection to {_where(cxn)} lost: {_reason(exc)}") from exc
+                with self._lock:
+                    self._connections.pop(node.name, None)
+                _close_quietly(cxn)
+                cxn = self._connection(node)
+        raise AssertionError("unreachable")
+
+    def _node_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._node_locks.setdefault(name, threading.Lock())
+
+    def _open(self, node: NodeSpec) -> _Connection:
+        """Build, arm and open a connection to a node (through its bastion, if any)."""
+        cxn = self._build(node)
+        with self._lock:
+            self.connects[node.name] = self.connects.get(node.name, 0) + 1
+        try:
+            cxn.open()
+            cxn.client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
+        except BaseException as exc:
+            _close_quietly(cxn, keep_gateway=node.proxy_jump is not None)
+            if isinstance(exc, Exception):
+                raise ConnectError(self._explain(cxn, exc)) from exc
+            raise
+        return cxn
+
+    def _build(self, node: NodeSpec) -> _Connection:
+        """A Connection for a node: its user/port/key, ssh_config settings, bastion and host key check."""
+        looked_up = self._ssh_config.lookup(node.host)
+        cxn = _Connection(
+            node.host,
+            user=self._pick(node.user, "user", looked_up),
+            port=int(self._pick(node.port, "port", looked_up)),
+            config=self._fabric_config(),
+            gateway=self._gateway(node) if node.proxy_jump else None,
+            connect_timeout=self.ssh.connect_timeout,
+            connect_kwargs=self._connect_kwargs(node.identity_file),
+        )
+        self._arm_chain(cxn, f"{node.name} ({cxn.host}{'' if cxn.port == 22 else f':{cxn.port}'})")
+        return cxn
+
+    def _pick(self, value: Any, field: str, looked_up: paramiko.SSHConfigDict) -> Any:
+        """Inventory value when set for the node or in `ssh:`; else ssh_config's; else the default."""
+        explicit = value != getattr(self.ssh, field) or field in self.ssh.model_fields_set
+        return value if explicit or field not in looked_up else looked_up[field]
+
+    def _gateway(self, node: NodeSpec) -> _Connection:
+        """The shared connection to a node's bastion (`[user@]host[:port]`), built once."""
+        assert node.proxy_jump is not None
+        key = (node.proxy_jump, node.identity_file)
+        with self._lock:
+            gateway = self._gateways.get(key)
+            if gateway is None:
+                gateway = self._gateways[key] = self._build_gateway(node.proxy_jump, node.identity_file)
+            return gateway
+
+    def _build_gateway(self, jump: str, identity_file: str | None) -> _Connection:
+        """A connection to a bastion; its own user/port come from the jump string, ssh_config, or `ssh:`."""
+        parts = derive_shorthand(jump)
+        looked_up = self._ssh_config.lookup(parts["host"])
+        gateway = _Connection(
+            parts["host"],
+            user=parts["user"] or looked_up.get("user", self.ssh.user),
+            port=int(parts["port"] or looked_up.get("port", 22)),
+            config=self._fabric_config(),
+            connect_timeout=self.ssh.connect_timeout,
+            connect_kwargs=self._connect_kwargs(identity_file),
+        )
+        self._arm_chain(gateway, f"bastion {jump}")
+        return gateway
+
+    def _arm_chain(self, cxn: fabric.Connection, label: str) -> None:
+        """Give the connection, and every bastion hop before it, strict host key checking."""
+        hop: Any = cxn
+        while isinstance(hop, fabric.Connection):
+            if getattr(hop, "host_key_check", None) is None or hop is cxn:
+                check = self._host_key_check(hop, label)
+                hop.host_key_check = check
+                enforce(hop.client, check, hop.host, int(hop.port))
+            hop = hop.gateway
+            label = f"bastion {getattr(hop, 'host', '')}:{getattr(hop, 'port', '')}"
+
+    def _host_key_check(self, cxn: fabric.Connection, label: str) -> HostKeyCheck:
+        """Where and under which name this connection's host key must be found."""
+        name = known_hosts_name(cxn.host, int(cxn.port), cxn.ssh_config.get("hostkeyalias"))
+        path = self._known_hosts_path(cxn.ssh_config)
+        with self._lock:
+            known = self._known.get(path)
+            if known is None:
+                known = self._known[path] = KnownHosts(path)
+        return HostKeyCheck(label, name, known, self.ssh.host_key_policy == "accept-new")
+
+    def _known_hosts_path(self, looked_up: paramiko.SSHConfigDict) -> Path:
+        """`ssh.known_hosts`, else ssh_config's UserKnownHostsFile (the first one), else ~/.ssh/known_hosts."""
+        if self.ssh.known_hosts:
+            return self._resolve(self.ssh.known_hosts)
+        configured = looked_up.get("userknownhostsfile")
+        if configured:
+            return self._resolve(configured.split()[0].replace("%d", str(Path.home())))
+        return Path.home() / ".ssh" / "known_hosts"
+
+    # ------------------------------------------------------------ configuration
+
+    def _resolve(self, path: str) -> Path:
+        """A path from the desired state: `~` expanded, relative to the desired-state directory."""
+        expanded = Path(path).expanduser()
+        return expanded if expanded.is_absolute() else (self.base_dir / expanded).resolve()
+
+    def _load_ssh_config(self) -> paramiko.SSHConfig:
+        """The ssh_config file named by `ssh.config`, parsed once; none at all when unset."""
+        if not self.ssh.config:
+            return paramiko.SSHConfig()
+        path = self._resolve(self.ssh.config)
+        if not path.is_file():
+            raise FileNotFoundError(f"ssh.config: {path} does not exist")
+        return paramiko.SSHConfig.from_path(str(path))
+
+    def _fabric_config(self) -> fabric.Config:
+        """A fabric Config with our parsed ssh_config and no fabric/invoke config files read."""
+        return fabric.Config(ssh_config=self._ssh_config, lazy=True)
+
+    def _connect_kwargs(self, identity_file: str | None) -> dict[str, Any]:
+        """paramiko connect() arguments: the key file and timeouts for every phase of connecting."""
+        kwargs: dict[str, Any] = {
+            "banner_timeout": self.ssh.connect_timeout,
+            "auth_timeout": self.ssh.connect_timeout,
+            "channel_timeout": self.ssh.connect_timeout,
+        }
+        if identity_file:
+            kwargs["key_filename"] = [str(self._resolve(identity_file))]
+        return kwargs
+
+    def _explain(self, cxn: fabric.Connection, exc: Exception) -> str:
+        """A one-line reason why connecting failed, naming the host and the cause."""
+        check: HostKeyCheck | None = getattr(cxn, "host_key_check", None)
+        if isinstance(exc, HostKeyRefused):
+            return str(exc)
+        if isinstance(exc, paramiko.BadHostKeyException):
+            gateway_check = _check_for(cxn, exc.hostname)
+            return str(refusal(exc, gateway_check or check)) if (gateway_check or check) else str(exc)
+        if isinstance(exc, paramiko.AuthenticationException):
+            return f"authentication failed for {cxn.user}@{_where(cxn)}: {_reason(exc)}"
+        if isinstance(exc, TimeoutError | socket.timeout):
+            return f"connect to {_where(cxn)} timed out after {self.ssh.connect_timeout}s"
+        if isinstance(exc, NoValidConnectionsError | ConnectionError | socket.gaierror):
+            return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
+        return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
+
+
+def _check_for(cxn: Any, host: str) -> HostKeyCheck | None:
+    """The host key check of the hop (the node or one of its bastions) whose host is `host`."""
+    hop = cxn
+    while isinstance(hop, fabric.Connection):
+        if hop.host == host:
+            return getattr(hop, "host_key_check", None)
+        hop = hop.gateway
+    return None
+
+
+def _where(cxn: fabric.Connection) -> str:
+    """`host:port`, plus the bastion or proxy command it goes through."""
+    via = ""
+    if isinstance(cxn.gateway, fabric.Connection):
+        via = f" via {cxn.gateway.host}:{cxn.gateway.port}"
+    elif isinstance(cxn.gateway, str):
+        via = f" via ProxyCommand {cxn.gateway!r}"
+    return f"{cxn.host}:{cxn.port}{via}"
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception as `Type: message` (message alone when the type says nothing more)."""
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, paramiko.SSHException) else f"{type(exc).__name__}: {text}"
+
+
+def _close_quietly(cxn: fabric.Connection, keep_gateway: bool = False) -> None:
+    """Close a connection (and, unless shared, its gateway chain) ignoring errors."""
+    try:
+        cxn.client.close()
+        cxn.transport = None
+        if not keep_gateway and isinstance(cxn.gateway, fabric.Connection):
+            _close_quietly(cxn.gateway)
+    except Exception:  # noqa: BLE001, S110 - closing is best effort
+        pass
