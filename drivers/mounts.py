@@ -42,9 +42,9 @@ class MountsDriver:
         return [m for m in ctx.state.storage.mounts if node in hostlist.expand(m.nodes)]
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
-        """Ask for /etc/fstab and /proc/mounts."""
+        """Ask for /etc/fstab and the mount table."""
         req.files.append(FSTAB)
-        req.commands["proc_mounts"] = "cat /proc/mounts"
+        req.commands["mountinfo"] = "cat /proc/self/mountinfo"
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """The fstab block change, then one change per mount that is missing or no longer wanted."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from drivers.blocks import block_change
+import shlex
+
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
@@ -32,6 +34,8 @@ class NfsExportsDriver:
         if not self._manages(ctx, node):
             return []
         body = exports_block(ctx.state.storage, node)
+        paths = [shlex.quote(e.path) for e in ctx.state.storage.exports if e.server == node]
+        after = f"mkdir -p {' '.join(paths)} && {EXPORTFS}" if paths else EXPORTFS
         change = block_change(self.name, node, EXPORTS, facts.files.get(EXPORTS), body, phase=self.phase,
-                              after=EXPORTFS)
+                              after=after)
         return [change]

@@ -42,7 +42,7 @@ def _library(expr: str) -> list[str]:
 
 
 def _slurm_order(prefix: str, tail: str) -> list[str]:
-    """Expand like Slurm's _push_range_list: last group fastest, the others from the one before it outwards."""
+    """Expand as Slurm's _push_range_list does: last group fastest, then the others from the first on."""
     groups = list(_GROUP.finditer(prefix))
     if not groups:
         return _library(prefix + tail)
@@ -86,6 +86,17 @@ def expand(expr: str) -> list[str]:
     return list(_expand_cached(expr))
 
 
+@lru_cache(maxsize=1024)
+def _expand_set_cached(expr: str) -> frozenset[str]:
+    return frozenset(_expand_cached(expr))
+
+
+def expand_set(expr: str) -> frozenset[str]:
+    """The host names of an expression as a set (cached, for fast membership tests)."""
+    expr = expr.strip()
+    return _expand_set_cached(expr) if expr else frozenset()
+
+
 def compress(names: Iterable[str]) -> str:
     """Fold host names into one hostlist expression that Slurm expands back to the same set."""
     groups: dict[str, list[str]] = {}
@@ -108,3 +119,9 @@ def is_valid(expr: str) -> bool:
     except HostlistError:
         return False
     return True
+
+
+def clear_cache() -> None:
+    """Forget cached expansions (for benchmarks that must start cold)."""
+    _expand_cached.cache_clear()
+    _expand_set_cached.cache_clear()

@@ -70,6 +70,17 @@ def slurm_nodes(state: DesiredState) -> list[str]:
     return names
 
 
+_slurm_set: tuple[DesiredState | None, frozenset[str]] = (None, frozenset())
+
+
+def slurm_node_set(state: DesiredState) -> frozenset[str]:
+    """Names of all nodes in a Slurm node set, as a set; cached per state like node_specs."""
+    global _slurm_set
+    if _slurm_set[0] is not state:
+        _slurm_set = (state, frozenset(slurm_nodes(state)))
+    return _slurm_set[1]
+
+
 def nodes_with_role(state: DesiredState, role: str) -> list[str]:
     """Names of the inventory nodes that have a role."""
     return [spec.name for spec in node_specs(state).values() if spec.has_role(role)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from reconciler.model import DesiredState
 
 KeyPath = tuple[str | int, ...]
 MERGEABLE_LISTS = ("nodes", "images", "patches")
+_DUPLICATE_KEY = re.compile(r'found duplicate key "(.*)" with value')
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,48 @@ def yaml_files(root: Path) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
-def _parse_file(path: Path, rel: str, errors: list[ConfigError]) -> Any:
+def _mapping_path(node: Any, line: int, column: int, base: KeyPath) -> KeyPath | None:
+    """The key path of the mapping that starts at (line, column), 0-based."""
+    if isinstance(node, CommentedMap):
+        if (node.lc.line, node.lc.col) == (line, column):
+            return base
+        children: list[tuple[str | int, Any]] = [(str(k), v) for k, v in node.items()]
+    elif isinstance(node, CommentedSeq):
+        children = list(enumerate(node))
+    else:
+        return None
+    for key, child in children:
+        found = _mapping_path(child, line, column, (*base, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _duplicate_key_path(text: str, exc: DuplicateKeyError) -> KeyPath:
+    """The key path of a duplicate key: load again with duplicates allowed and find its mapping."""
+    yaml = _yaml()
+    yaml.allow_duplicate_keys = True
     try:
-        return _yaml().load(path.read_text(encoding="utf-8"))
+        doc = yaml.load(text)
+    except MarkedYAMLError:
+        return ()
+    mark = exc.context_mark
+    parent = _mapping_path(doc, mark.line, mark.column, ()) if mark else None
+    match = _DUPLICATE_KEY.search(str(exc.problem))
+    if parent is None:
+        return ()
+    return (*parent, match.group(1)) if match else parent
+
+
+def _parse_file(path: Path, rel: str, errors: list[ConfigError]) -> Any:
+    text = ""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return _yaml().load(text)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
         loc = Location(rel, mark.line + 1, mark.column + 1) if mark else None
-        errors.append(ConfigError(loc, (), f"duplicate key: {exc.problem}"))
+        errors.append(ConfigError(loc, _duplicate_key_path(text, exc), f"duplicate key: {exc.problem}"))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(rel, mark.line + 1, mark.column + 1) if mark else Location(rel, 1, 1)

@@ -6,7 +6,7 @@ import posixpath
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reconciler import hostlist
 
@@ -36,7 +36,8 @@ def _hostlist_expr(expr: str) -> str:
     return expr
 
 
-AbsPath = Annotated[str, Field(description="An absolute path on the node")]
+# Checked wherever used (slurm.conf paths, check mounts, ...), not only where a field validator says so.
+AbsPath = Annotated[str, AfterValidator(_absolute), Field(description="An absolute path on the node")]
 Hostlist = Annotated[str, Field(description="A Slurm hostlist expression, e.g. dgx[01-16]")]
 
 

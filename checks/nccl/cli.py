@@ -49,7 +49,10 @@ def _test_title(test: NcclTest) -> str:
 
 def test_lines(test: NcclTest) -> list[str]:
     """Text output of one test."""
-    lines = [_test_title(test), f"  {'size':>10} {'bytes':>12} {'oop busbw':>10} {'ip busbw':>10} {'wrong':>7}"]
+    lines = [
+        _test_title(test),
+        f"  {'size':>10} {'bytes':>12} {'oop busbw':>10} {'ip busbw':>10} {'wrong':>7}",
+    ]
     for row in test.rows:
         lines.append(
             f"  {format_size(row.size):>10} {row.size:>12} {_number(row.oop_busbw, '.2f'):>10} "

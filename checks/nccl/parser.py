@@ -40,12 +40,10 @@ _GLUED_DEBUG = re.compile(
     r"^(?P<row>\s*\d+\s+\d+\s+\S.*?)(?P<dbg>[A-Za-z][\w.\-]*:\d+:\d+ \[\d+\] NCCL (?P<level>[A-Z]+)\b.*)$"
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version (?P<ver>\S+)(?:.*?nccl-library=(?P<lib>\d+))?")
-_OWN_TOOL = re.compile(r"^#\s*(?P<tool>checks\.allreduce_bench\b.*)$")
+_OWN_TOOL = re.compile(r"^#\s*(?P<tool>checks\.allreduce_bench)\b[^:]*:\s*(?P<versions>.*?)(?:,\s*\d+ ranks)?\s*$")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<binary>\S+)")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:")
-_NTHREAD = re.compile(
-    r"^#\s*nThread\s+\d+\s+nGpus\s+(?P<ngpus>\d+)(?:.*?validation:\s*(?P<validation>\d+))?"
-)
+_NTHREAD = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(?P<ngpus>\d+)(?:.*?validation:\s*(?P<validation>\d+))?")
 _RANK = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<device>\S+)(?:\s+\[(?P<bus>[^\]]*)\])?\s*(?P<name>.*)$"
@@ -156,19 +154,15 @@ def parse_row(columns: _Columns, line: str) -> NcclRow | None:
     timestamp = _TIMESTAMP.search(line)
     text = line[: timestamp.start()] if timestamp else line
     tokens = text.split()
-    np_, no, ni = len(columns.prefix), len(columns.oop), len(columns.ip)
-    if len(tokens) == np_ + ni and no:
-        oop_tokens: list[str] = []
-    elif len(tokens) == np_ + no + ni:
-        oop_tokens = tokens[np_ : np_ + no]
-    else:
+    np_, no = len(columns.prefix), len(columns.oop)
+    if len(tokens) != len(columns.names):
         return None
     try:
         prefix = _prefix_values(columns, tokens[:np_])
         if prefix is None:
             return None
-        oop = _half_values("oop", columns.oop, oop_tokens) if oop_tokens else {"extra": {}}
-        ip = _half_values("ip", columns.ip, tokens[len(tokens) - ni :])
+        oop = _half_values("oop", columns.oop, tokens[np_ : np_ + no])
+        ip = _half_values("ip", columns.ip, tokens[np_ + no :])
     except ValueError:
         return None
     extra = {**oop.pop("extra"), **ip.pop("extra")}
@@ -294,8 +288,7 @@ class _TextParser:
 
     def feed(self, raw: str) -> None:
         """Read one line of output."""
-        line = _LAUNCHER_PREFIX.sub("", raw.rstrip("\r\n"), count=1).rstrip()
-        line = self.strip_debug(line)
+        line = self.strip_debug(_LAUNCHER_PREFIX.sub("", raw.rstrip("\r\n"), count=1).rstrip())
         if line is None or not line.strip():
             return
         if self.failure(line) or self.exit_line(line):
@@ -367,7 +360,7 @@ class _TextParser:
             library = match.group("lib")
             self.pending_tool = (f"nccl-tests {match.group('ver')}", int(library) if library else None)
         else:
-            self.pending_tool = (own.group("tool").strip() if own else "", None)
+            self.pending_tool = (f"{own.group('tool')} ({own.group('versions')})" if own else "", None)
         return True
 
     def starting(self, line: str) -> bool:
@@ -591,7 +584,9 @@ def _json_test(doc: dict[str, Any], default_collective: str) -> NcclTest:
         tool=f"nccl-tests (JSON v{doc.get('version')})",
         nccl_version=doc.get("nccl_version"),
         layout="json",
-        time_kind="cputime" if any("cpu_time" in (r.get("in_place") or {}) for r in results or []) else "time",
+        time_kind="cputime"
+        if any("cpu_time" in (r.get("in_place") or {}) for r in results or [])
+        else "time",
         ngpus=config.get("ngpus"),
         validation=None if validation is None else bool(validation),
         devices=_json_devices(config),

@@ -92,7 +92,9 @@ def row_busbw(row: NcclRow, placement: PlacementChoice = "both") -> float | None
     return row.busbw(None if placement == "both" else placement)
 
 
-def representative_busbw(test: NcclTest, min_size: int = 0, placement: PlacementChoice = "both") -> float | None:
+def representative_busbw(
+    test: NcclTest, min_size: int = 0, placement: PlacementChoice = "both"
+) -> float | None:
     """Mean bus bandwidth of the rows at or above min_size: the figure to keep in a node's history."""
     values = [b for row in test.rows if row.size >= min_size and (b := row_busbw(row, placement)) is not None]
     return statistics.fmean(values) if values else None
@@ -103,8 +105,9 @@ def check_busbw(test: NcclTest, limits: Thresholds) -> list[Finding]:
     if limits.min_busbw is None:
         return []
     scored = [
-        (b, row) for row in test.rows if row.size >= limits.min_size and (b := row_busbw(row, limits.placement))
-        is not None
+        (b, row)
+        for row in test.rows
+        if row.size >= limits.min_size and (b := row_busbw(row, limits.placement)) is not None
     ]
     if not scored:
         message = f"nccl {test.collective}: no rows at or above {format_size(limits.min_size)}"
@@ -152,7 +155,9 @@ def check_wrong(test: NcclTest, limits: Thresholds) -> list[Finding]:
     bounds = test.out_of_bounds
     if bounds is not None and bounds > limits.max_out_of_bounds:
         message = f"nccl {test.collective} {bounds} out-of-bounds values"
-        findings.append(Finding(kind="out_of_bounds", collective=test.collective, message=message, value=bounds))
+        findings.append(
+            Finding(kind="out_of_bounds", collective=test.collective, message=message, value=bounds)
+        )
     return findings
 
 
@@ -177,7 +182,12 @@ def check_regression(
         else None
     )
     return RegressionResult(
-        regressed=regressed, current=current, median=median, drop_pct=drop, history_used=len(recent), reason=reason
+        regressed=regressed,
+        current=current,
+        median=median,
+        drop_pct=drop,
+        history_used=len(recent),
+        reason=reason,
     )
 
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import traceback
 
+CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -30,6 +31,7 @@ MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
+MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
@@ -39,10 +41,10 @@ SYS_PIVOT_ROOT = 155  # x86_64
 NVIDIA_MAJOR = 195
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-_libc = ctypes.CDLL(None, use_errno=True)
+libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _check(ret: int, what: str) -> None:
+def check(ret: int, what: str) -> None:
     """Raise OSError with errno when a libc call failed."""
     if ret != 0:
         err = ctypes.get_errno()
@@ -52,18 +54,18 @@ def _check(ret: int, what: str) -> None:
 def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
     """Call mount(2)."""
     enc = (lambda s: s.encode() if s is not None else None)
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+    check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
            f"mount {source} on {target}")
 
 
 def umount2(target: str, flags: int = 0) -> None:
     """Call umount2(2)."""
-    _check(_libc.umount2(target.encode(), flags), f"umount {target}")
+    check(libc.umount2(target.encode(), flags), f"umount {target}")
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
     """Call pivot_root(2)."""
-    _check(_libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
+    check(libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), put_old.encode()), "pivot_root")
 
 
 def _mknod_chr(path: str, major: int, minor: int, mode: int = 0o666) -> None:
@@ -113,12 +115,30 @@ def setup_net(ip: str, prefixlen: int) -> None:
     subprocess.run(["/usr/sbin/ip", "-batch", "-"], input=batch.encode(), check=True)
 
 
+def setup_cgroup(root: str) -> None:
+    """Give slurmd 22.05 the cgroup view its cgroup plugin insists on initialising, and no more.
+
+    On a cgroup v1 host: a read-only tmpfs with only the name=systemd hierarchy bound in (slurmd picks
+    cgroup/v1 and only checks that hierarchy; with proctrack/linuxproc and task/none it creates nothing).
+    On a cgroup v2 host: the unified hierarchy, bound.
+    """
+    cgroup = f"{root}/sys/fs/cgroup"
+    if os.path.isdir("/sys/fs/cgroup/systemd") and os.path.ismount("/sys/fs/cgroup/systemd"):
+        mount("cgroup", cgroup, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755")
+        os.mkdir(f"{cgroup}/systemd", 0o755)
+        mount("/sys/fs/cgroup/systemd", f"{cgroup}/systemd", None, MS_BIND)
+        mount(None, cgroup, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    elif os.path.ismount("/sys/fs/cgroup"):
+        mount("/sys/fs/cgroup", cgroup, None, MS_BIND)
+
+
 def setup_root(spec: dict) -> None:
     """Prepare mounts and network of the node, then pivot into its root."""
     root = f"{spec['state']}/nodes/{spec['node']}/root"
     socket.sethostname(spec["node"])
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    setup_cgroup(root)
     setup_dev(root, spec["gpus"])
     setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"])
     setup_net(spec["ip"], spec["prefixlen"])
@@ -140,7 +160,7 @@ def exec_supervisord(marker: str) -> None:
 def main() -> None:
     """Unshare, fork PID 1, report its host PID and let it boot the node."""
     spec = json.loads(sys.argv[1])
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     pid = os.fork()
     if pid:

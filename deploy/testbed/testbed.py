@@ -414,9 +414,11 @@ def netns_exists(name: str) -> bool:
 
 def network_up(layout: Layout) -> None:
     """Create the admin namespace with its bridge, and one namespace plus veth per node."""
-    todo = [ns for ns in [layout.admin_ns, *map(layout.ns, layout.nodes)] if not netns_exists(ns)]
+    if not netns_exists(layout.admin_ns):
+        run(["ip", "netns", "add", layout.admin_ns])
+    todo = [layout.ns(n) for n in layout.nodes if not netns_exists(layout.ns(n))]
     if todo:
-        run(["ip", "-batch", "-"], input="".join(f"netns add {ns}\n" for ns in todo))
+        create_netns_from(layout.admin_ns, todo)
     batch = [] if _link_exists(layout.admin_ns, "br0") else [
         "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/24 dev br0", "link set br0 up"]
     for node in layout.nodes:
@@ -425,6 +427,36 @@ def network_up(layout: Layout) -> None:
                       f"link set v-{node} master br0 up"]
     if batch:
         run(["ip", "-n", layout.admin_ns, "-batch", "-"], input="\n".join(batch) + "\n")
+
+
+def create_netns_from(admin: str, names: list[str]) -> None:
+    """Create named network namespaces (like `ip netns add`) from inside the admin namespace.
+
+    Namespaces created there get a small TCP hash table of their own (net.ipv4.tcp_child_ehash_entries
+    is set in the admin namespace only), so reading a node's /proc/net/tcp costs microseconds instead of
+    walking the host's table.
+    """
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 1
+        try:
+            fd = os.open(f"/run/netns/{admin}", os.O_RDONLY)
+            node_init.check(node_init.libc.setns(fd, node_init.CLONE_NEWNET), "setns")
+            with contextlib.suppress(OSError), open("/proc/sys/net/ipv4/tcp_child_ehash_entries", "w") as f:
+                f.write("1024\n")
+            for name in names:
+                node_init.check(node_init.libc.setns(fd, node_init.CLONE_NEWNET), "setns")
+                node_init.check(node_init.libc.unshare(node_init.CLONE_NEWNET), "unshare")
+                path = f"/run/netns/{name}"
+                os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+                node_init.mount("/proc/self/ns/net", path, None, node_init.MS_BIND)
+            code = 0
+        except BaseException as e:  # noqa: BLE001 - report from the forked child, then exit
+            print(f"testbed: error: creating namespaces: {e}", file=sys.stderr)
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise TestbedError("could not create the nodes' network namespaces")
 
 
 def _link_exists(ns: str, link: str) -> bool:
@@ -768,7 +800,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     layout = Layout.load(args.name)
     if not layout:
         raise TestbedError(f"testbed {args.name} is not up")
-    os.execvp("ssh", ["ssh", "-F", str(layout.ssh_config), args.node, *args.command])
+    os.execvp("ssh", ["ssh", "-F", str(layout.ssh_config), args.node, *args.argv])
     return 1
 
 
@@ -777,7 +809,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     layout = Layout.load(args.name)
     if not layout or not node_alive(layout, args.node):
         raise TestbedError(f"node {args.node} of testbed {args.name} is not up")
-    proc = nsenter(layout, args.node, " ".join(args.command), timeout=3600)
+    proc = nsenter(layout, args.node, " ".join(args.argv), timeout=3600)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr)
     return proc.returncode
@@ -821,7 +853,7 @@ def parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exec", help="run a command in a node through nsenter: exec NODE CMD...")
     for s in (ssh, ex):
         s.add_argument("node")
-        s.add_argument("command", nargs=argparse.REMAINDER)
+        s.add_argument("argv", nargs=argparse.REMAINDER, help="command to run")
     sub.add_parser("deps", help="apt-get install the Debian packages the testbed needs")
     for s in sub.choices.values():
         s.add_argument("--name", default=DEFAULT_NAME, help=f"testbed name (default {DEFAULT_NAME})")

@@ -1,4 +1,4 @@
-"""What every transport offers: run a command on a node, or on many nodes in parallel, and count round trips."""
+"""What every transport offers: run a command on one node or many in parallel, and count round trips."""
 
 from __future__ import annotations
 
@@ -112,7 +112,8 @@ class BaseTransport:
         if not unique:
             return {}
         with ThreadPoolExecutor(max_workers=min(self.forks, len(unique)), thread_name_prefix="ssh") as pool:
-            futures = [(spec.name, pool.submit(self._run_one, spec, command, stdin, timeout)) for spec in unique.values()]
+            futures = [(name, pool.submit(self._run_one, spec, command, stdin, timeout))
+                       for name, spec in unique.items()]
             results = {name: future.result() for name, future in futures}
         return {name: result for name, result in results.items() if result is not None}
 
@@ -126,7 +127,8 @@ class BaseTransport:
             data = stdin(spec) if callable(stdin) else stdin
             return self.run(spec, cmd, stdin=data, timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - one node's failure must not abort the others
-            return CommandResult(spec.name, None, "", "", 0.0, error=f"internal error: {type(exc).__name__}: {exc}")
+            error = f"internal error: {type(exc).__name__}: {exc}"
+            return CommandResult(spec.name, None, "", "", 0.0, error=error)
 
     def __enter__(self) -> Self:
         return self

@@ -49,7 +49,7 @@ class KnownHosts:
         """The known keys of a host name, by key type (empty when the host is unknown)."""
         with self._lock:
             entry = self._keys.lookup(name)
-            return {keytype: entry[keytype] for keytype in entry.keys()} if entry else {}
+            return {keytype: entry[keytype] for keytype in entry} if entry else {}
 
     def record(self, name: str, key: paramiko.PKey) -> None:
         """Append a new host's key to the file; refuse if another key of that type was recorded meanwhile."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from reconciler.backend.hostkeys import (
     known_hosts_name,
     refusal,
 )
-from reconciler.backend.session import execute, wrap_command
+from reconciler.backend.session import Outcome, SessionOpenError, open_channel, run_on_channel, wrap_command
 from reconciler.inventory import NodeSpec
 from reconciler.model import SSHDefaults
 
@@ -34,26 +33,50 @@ class ConnectError(Exception):
 
 
 class _Connection(fabric.Connection):
-    """A fabric Connection whose `open` is thread-safe and whose jump channel honours the connect timeout."""
+    """A fabric Connection with a thread-safe `open` and a bastion channel honouring the connect timeout."""
 
-    def __init__(self, *args: Any, host_key_check: HostKeyCheck | None = None, **kwargs: Any) -> None:
+    # real attributes: invoke's DataProxy would turn any other attribute set into a config key
+    _open_lock: threading.Lock | None = None
+    shared = False
+    host_key_check: HostKeyCheck | None = None
+    open_failure: Exception | None = None
+
+    def __init__(self, *args: Any, shared: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._open_lock = threading.Lock()
-        self.host_key_check = host_key_check
+        self.shared = shared  # a bastion shared by many nodes: opened once, a failure remembered
+        self.host_key_check = None
+        self.open_failure = None
 
     def open(self) -> Any:
         """Open once, even when several threads share this connection (a bastion)."""
+        assert self._open_lock is not None
         with self._open_lock:
-            return super().open()
+            if self.open_failure is not None:
+                raise self.open_failure
+            try:
+                return super().open()
+            except Exception as exc:
+                if self.shared:
+                    self.open_failure = exc
+                raise
 
     def open_gateway(self) -> Any:
-        """Open the channel through the bastion with a timeout (fabric waits up to an hour)."""
-        if isinstance(self.gateway, fabric.Connection):
+        """Open the channel through the bastion with a timeout (fabric would wait up to an hour)."""
+        if not isinstance(self.gateway, fabric.Connection):
+            return super().open_gateway()
+        try:
             self.gateway.open()
+        except Exception as exc:
+            reason = explain(self.gateway, exc, self.connect_timeout)
+            host_key = isinstance(exc, HostKeyRefused | paramiko.BadHostKeyException)
+            raise ConnectError(reason if host_key else f"via bastion: {reason}") from exc
+        try:
             return self.gateway.transport.open_channel(
                 kind="direct-tcpip", dest_addr=(self.host, int(self.port)), src_addr=("", 0),
                 timeout=self.connect_timeout)
-        return super().open_gateway()
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectError(f"cannot connect to {_where(self)}: the bastion says: {_reason(exc)}") from exc
 
 
 class SSHTransport(BaseTransport):
@@ -70,7 +93,7 @@ class SSHTransport(BaseTransport):
         self._gateways: dict[tuple[str, str | None], _Connection] = {}
         self._known: dict[Path, KnownHosts] = {}
         self._node_locks: dict[str, threading.Lock] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     # ------------------------------------------------------------ public API
 
@@ -93,11 +116,15 @@ class SSHTransport(BaseTransport):
     def close(self) -> None:
         """Close every node connection and every bastion connection."""
         with self._lock:
-            connections = [*self._connections.values(), *self._gateways.values()]
+            connections = list(self._connections.values())
+            gateways = list(self._gateways.values())
             self._connections.clear()
             self._gateways.clear()
         for cxn in connections:
             _close_quietly(cxn)
+        for gateway in gateways:
+            gateway.shared = False
+            _close_quietly(gateway)
 
     def forget(self, node: str) -> None:
         """Drop a node's connection and remembered failure, so the next command connects afresh."""
@@ -131,20 +158,36 @@ class SSHTransport(BaseTransport):
             return cxn
 
     def _execute(self, node: NodeSpec, cxn: _Connection, command: str, stdin: bytes | None,
-                 limit: float) -> Any:
-        """Run on the node's connection; if it went stale before the command started, reconnect once."""
-        for attempt in (1, 2):
-            try:
-                self.count_round_trip(node.name)
-                return execute(cxn.client.get_transport(), command, stdin, limit, self.ssh.connect_timeout)
-            except (paramiko.ChannelException, paramiko.SSHException, EOFError, OSError, AttributeError) as exc:
-                if attempt == 2:
-                    raise ConnectError(f"connection to {_where(cxn)} lost: {_reason(exc)}") from exc
-                with self._lock:
-                    self._connections.pop(node.name, None)
-                _close_quietly(cxn)
-                cxn = self._connection(node)
-        raise AssertionError("unreachable")
+                 limit: float) -> Outcome:
+        """Run on the node's connection; the command is sent once and never repeated."""
+        channel = self._channel(node, cxn)
+        self.count_round_trip(node.name)
+        try:
+            return run_on_channel(channel, command, stdin, limit)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop(node.name, cxn)
+            reason = f"connection to {_where(cxn)} lost during the command: {_reason(exc)}"
+            raise ConnectError(reason) from exc
+
+    def _channel(self, node: NodeSpec, cxn: _Connection) -> paramiko.Channel:
+        """A session channel; if the cached connection went stale, reconnect once (nothing was sent yet)."""
+        try:
+            return open_channel(cxn.client.get_transport(), self.ssh.connect_timeout)
+        except SessionOpenError:
+            self._drop(node.name, cxn)
+        cxn = self._connection(node)
+        try:
+            return open_channel(cxn.client.get_transport(), self.ssh.connect_timeout)
+        except SessionOpenError as exc:
+            self._drop(node.name, cxn)
+            raise ConnectError(f"cannot open a session on {_where(cxn)}: {exc}") from exc
+
+    def _drop(self, name: str, cxn: _Connection) -> None:
+        """Forget a broken connection (not the node's failure record) and close it."""
+        with self._lock:
+            if self._connections.get(name) is cxn:
+                del self._connections[name]
+        _close_quietly(cxn)
 
     def _node_lock(self, name: str) -> threading.Lock:
         with self._lock:
@@ -158,11 +201,9 @@ class SSHTransport(BaseTransport):
         try:
             cxn.open()
             cxn.client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
-        except BaseException as exc:
-            _close_quietly(cxn, keep_gateway=node.proxy_jump is not None)
-            if isinstance(exc, Exception):
-                raise ConnectError(self._explain(cxn, exc)) from exc
-            raise
+        except Exception as exc:
+            _close_quietly(cxn)
+            raise ConnectError(explain(cxn, exc, self.ssh.connect_timeout)) from exc
         return cxn
 
     def _build(self, node: NodeSpec) -> _Connection:
@@ -201,6 +242,7 @@ class SSHTransport(BaseTransport):
         looked_up = self._ssh_config.lookup(parts["host"])
         gateway = _Connection(
             parts["host"],
+            shared=True,
             user=parts["user"] or looked_up.get("user", self.ssh.user),
             port=int(parts["port"] or looked_up.get("port", 22)),
             config=self._fabric_config(),
@@ -214,9 +256,9 @@ class SSHTransport(BaseTransport):
         """Give the connection, and every bastion hop before it, strict host key checking."""
         hop: Any = cxn
         while isinstance(hop, fabric.Connection):
-            if getattr(hop, "host_key_check", None) is None or hop is cxn:
+            if hop is cxn or getattr(hop, "host_key_check", None) is None:
                 check = self._host_key_check(hop, label)
-                hop.host_key_check = check
+                object.__setattr__(hop, "host_key_check", check)  # hops fabric built are plain Connections
                 enforce(hop.client, check, hop.host, int(hop.port))
             hop = hop.gateway
             label = f"bastion {getattr(hop, 'host', '')}:{getattr(hop, 'port', '')}"
@@ -232,7 +274,7 @@ class SSHTransport(BaseTransport):
         return HostKeyCheck(label, name, known, self.ssh.host_key_policy == "accept-new")
 
     def _known_hosts_path(self, looked_up: paramiko.SSHConfigDict) -> Path:
-        """`ssh.known_hosts`, else ssh_config's UserKnownHostsFile (the first one), else ~/.ssh/known_hosts."""
+        """`ssh.known_hosts`, else ssh_config's (first) UserKnownHostsFile, else ~/.ssh/known_hosts."""
         if self.ssh.known_hosts:
             return self._resolve(self.ssh.known_hosts)
         configured = looked_up.get("userknownhostsfile")
@@ -271,21 +313,22 @@ class SSHTransport(BaseTransport):
             kwargs["key_filename"] = [str(self._resolve(identity_file))]
         return kwargs
 
-    def _explain(self, cxn: fabric.Connection, exc: Exception) -> str:
-        """A one-line reason why connecting failed, naming the host and the cause."""
-        check: HostKeyCheck | None = getattr(cxn, "host_key_check", None)
-        if isinstance(exc, HostKeyRefused):
-            return str(exc)
-        if isinstance(exc, paramiko.BadHostKeyException):
-            gateway_check = _check_for(cxn, exc.hostname)
-            return str(refusal(exc, gateway_check or check)) if (gateway_check or check) else str(exc)
-        if isinstance(exc, paramiko.AuthenticationException):
-            return f"authentication failed for {cxn.user}@{_where(cxn)}: {_reason(exc)}"
-        if isinstance(exc, TimeoutError | socket.timeout):
-            return f"connect to {_where(cxn)} timed out after {self.ssh.connect_timeout}s"
-        if isinstance(exc, NoValidConnectionsError | ConnectionError | socket.gaierror):
-            return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
-        return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
+
+def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> str:
+    """A one-line reason why connecting failed, naming the host and the cause."""
+    if isinstance(exc, HostKeyRefused | ConnectError):
+        return str(exc)
+    if isinstance(exc, paramiko.BadHostKeyException):
+        check = _check_for(cxn, exc.hostname)
+        return str(refusal(exc, check)) if check else f"HOST KEY CHANGED for {exc.hostname}: refusing"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication failed for {cxn.user}@{_where(cxn)}: {_reason(exc)}"
+    if isinstance(exc, TimeoutError):
+        return f"connect to {_where(cxn)} timed out after {connect_timeout:g}s"
+    if isinstance(exc, NoValidConnectionsError):
+        reasons = sorted({err.strerror or str(err) for err in exc.errors.values()})
+        return f"cannot connect to {_where(cxn)}: {'; '.join(reasons)}"
+    return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
 
 
 def _check_for(cxn: Any, host: str) -> HostKeyCheck | None:
@@ -314,12 +357,13 @@ def _reason(exc: BaseException) -> str:
     return text if isinstance(exc, paramiko.SSHException) else f"{type(exc).__name__}: {text}"
 
 
-def _close_quietly(cxn: fabric.Connection, keep_gateway: bool = False) -> None:
-    """Close a connection (and, unless shared, its gateway chain) ignoring errors."""
-    try:
-        cxn.client.close()
-        cxn.transport = None
-        if not keep_gateway and isinstance(cxn.gateway, fabric.Connection):
-            _close_quietly(cxn.gateway)
-    except Exception:  # noqa: BLE001, S110 - closing is best effort
-        pass
+def _close_quietly(cxn: fabric.Connection) -> None:
+    """Close a connection and the bastion hops only it uses (not a shared bastion), ignoring errors."""
+    hop: Any = cxn
+    while isinstance(hop, fabric.Connection) and not getattr(hop, "shared", False):
+        try:
+            hop.client.close()
+            hop.transport = None
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        hop = hop.gateway

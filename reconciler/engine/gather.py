@@ -67,8 +67,8 @@ def parse_node_facts(ctx: Context, node: str, result: CommandResult) -> tuple[No
         )
     except (ValueError, TypeError, ValidationError) as exc:
         return NodeFacts(node=node, reachable=False, error=f"unreadable facts: {exc}"), {}
-    if "proc_mounts" in commands:
-        facts.mounts = parsers.parse_proc_mounts(commands["proc_mounts"]["stdout"])
+    if "mountinfo" in commands:
+        facts.mounts = parsers.parse_mountinfo(commands["mountinfo"]["stdout"])
     if "slurm_version" in commands:
         facts.slurm_version = parsers.parse_slurm_version(commands["slurm_version"]["stdout"])
     if "services" in commands:

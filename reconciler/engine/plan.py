@@ -79,6 +79,7 @@ class Plan(BaseModel):
     slurm: SlurmActions = Field(default_factory=SlurmActions)
     unreachable: dict[str, str] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
     def changing(self) -> list[Change]:
         """The changes that would modify something."""

@@ -27,7 +27,10 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
         for driver in drivers:
             plan.changes.extend(driver.plan(ctx, spec.name, facts))
     if ctx.facts.slurm_view_error and ctx.facts.slurm_nodes == {}:
-        plan.errors.append(f"Slurm's view unavailable ({ctx.facts.slurm_view_error}): node states not planned")
+        message = f"Slurm's view unavailable ({ctx.facts.slurm_view_error.strip()}): node states not planned"
+        first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf") and c.action == "create"
+                           for c in plan.changes)
+        (plan.warnings if first_config else plan.errors).append(message)
     plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
     plan.slurm = slurm_actions(ctx, plan)
     return plan

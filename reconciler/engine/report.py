@@ -46,6 +46,8 @@ def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True) -> st
         lines.append("\nSlurm:")
         lines += [f"  - {text}" for text in consequences]
         lines += [f"    ({reason})" for reason in plan.slurm.reasons]
+    for warning in plan.warnings:
+        lines.append(f"\nwarning: {warning}")
     for error in plan.errors:
         lines.append(f"\nerror: {error}")
     lines.append(f"\n{plan.verdict()}")

@@ -29,6 +29,22 @@ def parse_proc_mounts(text: str) -> list[MountFact]:
     return mounts
 
 
+def parse_mountinfo(text: str) -> list[MountFact]:
+    """Parse /proc/self/mountinfo; a mount of a subdirectory gets source `server:/export` + its root."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(tail) < 2:
+            continue
+        root, mountpoint = _unescape_octal(fields[3]), _unescape_octal(fields[4])
+        fstype, source = tail[0], _unescape_octal(tail[1])
+        if root != "/" and ":" in source:
+            source = source.rstrip("/") + root  # server:/export with root /sub -> server:/export/sub
+        mounts.append(MountFact(source=source, mountpoint=mountpoint, fstype=fstype, options=fields[5].split(",")))
+    return mounts
+
+
 def _scontrol_fields(line: str) -> dict[str, str]:
     """Split one `scontrol show node -o` line; Reason= runs to the end of the line's key."""
     fields: dict[str, str] = {}

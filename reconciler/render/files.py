@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from reconciler.inventory import node_specs, slurm_nodes
+from reconciler.inventory import node_specs, slurm_node_set
 from reconciler.model import DesiredState
 from reconciler.render.blocks import BEGIN, END
 from reconciler.render.cgroup_conf import render_cgroup_conf
@@ -23,7 +23,7 @@ class UnknownNodeError(KeyError):
 def is_slurm_node(state: DesiredState, node: str) -> bool:
     """Tell whether a node runs Slurm (controller, login, compute, or in a node set) and needs its config."""
     spec = node_specs(state).get(node)
-    return bool(spec and spec.roles.intersection(SLURM_ROLES)) or node in slurm_nodes(state)
+    return bool(spec and spec.roles.intersection(SLURM_ROLES)) or node in slurm_node_set(state)
 
 
 def file_path(state: DesiredState, name: str) -> str:

@@ -22,7 +22,7 @@ def fstab_block(storage: Storage, node: str) -> list[str] | None:
     """The managed /etc/fstab lines for a node, or None when it mounts nothing."""
     lines = []
     for mount in storage.mounts:
-        if node not in hostlist.expand(mount.nodes):
+        if node not in hostlist.expand_set(mount.nodes):
             continue
         options = ",".join(mount.options) or "defaults"
         lines.append(f"{mount.source} {mount.mountpoint} {mount.type} {options} {mount.dump} {mount.passno}")

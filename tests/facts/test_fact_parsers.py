@@ -26,6 +26,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "scontrol_nodes": parsers.parse_scontrol_nodes,
     "squeue": parsers.parse_squeue,
     "proc_mounts": parsers.parse_proc_mounts,
+    "mountinfo": parsers.parse_mountinfo,
     "slurm_version": parsers.parse_slurm_version,
     "supervisorctl_status": parsers.parse_supervisorctl_status,
 }

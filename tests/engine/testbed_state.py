@@ -1,0 +1,92 @@
+"""A desired state for a bare testbed, written by the engine tests (and reused by the daemon tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CLUSTER = """\
+cluster:
+  name: {name}
+  slurm_version: "22.05"
+  controllers: [ctl]
+  slurm_conf:
+    ProctrackType: proctrack/linuxproc
+    TaskPlugin: task/none
+    SelectTypeParameters: CR_Core
+    ReturnToService: 2
+    SlurmdParameters: config_overrides
+    SlurmctldPidFile: /run/slurmctld.pid
+    SlurmdPidFile: /run/slurmd.pid
+    SlurmdTimeout: 30
+    JobAcctGatherType: jobacct_gather/none
+    MpiDefault: none
+  node_sets:
+    - nodes: {computes}
+      CPUs: 2
+      RealMemory: {memory}
+      gpus: {{count: 8}}
+  partitions:
+    - name: debug
+      nodes: {computes}
+      default: true
+      MaxTime: "01:00:00"
+    - name: batch
+      nodes: {computes}
+      MaxTime: "04:00:00"
+  gres:
+    lines:
+      - {{nodes: "{computes}", name: gpu, file: "/dev/nvidia[0-7]"}}
+"""
+
+INVENTORY = """\
+ssh:
+  config: {state_dir}/ssh_config
+  known_hosts: {state_dir}/known_hosts
+  connect_timeout: 5
+  service_manager: {{type: supervisord}}
+nodes:
+  - name: ctl
+    roles: [controller, login, nfs-server]
+  - name: {computes}
+    roles: [compute]
+"""
+
+STORAGE = """\
+storage:
+  exports:
+    - server: ctl
+      path: /srv/shared
+      clients: ["{subnet}.0/24"]
+      options: [rw, sync, no_subtree_check, no_root_squash]
+  mounts:
+    - source: ctl:/srv/shared
+      mountpoint: /shared
+      nodes: {computes}
+images:
+  - uri: docker://nvcr.io#nvidia/pytorch:24.04-py3
+    path: /srv/shared/images/pytorch-24.04.sqsh
+    import_on: ctl
+"""
+
+PATCHES = """\
+patches:
+  - name: prolog
+    path: /etc/slurm/prolog.sh
+    nodes: {computes}
+    mode: "0755"
+    content: |
+      #!/bin/sh
+      exit 0
+"""
+
+
+def write_state(directory: Path, *, name: str, state_dir: Path, subnet: str, computes: str,
+                memory: int = 1000, extra_patches: str = "") -> Path:
+    """Write the YAML files of the test desired state; return the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    values = {"name": name, "state_dir": state_dir, "subnet": subnet, "computes": computes, "memory": memory}
+    (directory / "cluster.yaml").write_text(CLUSTER.format(**values))
+    (directory / "nodes.yaml").write_text(INVENTORY.format(**values))
+    (directory / "storage.yaml").write_text(STORAGE.format(**values))
+    (directory / "patches.yaml").write_text(PATCHES.format(**values) + extra_patches)
+    return directory

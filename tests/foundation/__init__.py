@@ -1,0 +1,1 @@
+"""Tests of the foundation: schema, loader, hostlists, renderers, CLI (issue 2)."""
