@@ -40,7 +40,9 @@ _GLUED_DEBUG = re.compile(
     r"^(?P<row>\s*\d+\s+\d+\s+\S.*?)(?P<dbg>[A-Za-z][\w.\-]*:\d+:\d+ \[\d+\] NCCL (?P<level>[A-Z]+)\b.*)$"
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version (?P<ver>\S+)(?:.*?nccl-library=(?P<lib>\d+))?")
-_OWN_TOOL = re.compile(r"^#\s*(?P<tool>checks\.allreduce_bench)\b[^:]*:\s*(?P<versions>.*?)(?:,\s*\d+ ranks)?\s*$")
+_OWN_TOOL = re.compile(
+    r"^#\s*(?P<tool>checks\.allreduce_bench)\b[^:]*:\s*(?P<versions>.*?)(?:,\s*\d+ ranks)?\s*$"
+)
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<binary>\S+)")
 _CONCLUDED = re.compile(r"^#\s*Collective test concluded:")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(?P<ngpus>\d+)(?:.*?validation:\s*(?P<validation>\d+))?")

@@ -1,3 +1,223 @@
-"""stub"""
-def write(layout):
-    layout.desired_state.mkdir(exist_ok=True)
+"""The desired-state directory `testbed up` writes: the running testbed, in the project's YAML format.
+
+The Slurm part matches the minimal cluster `up` starts (so adopting it is close to a no-op) and adds what
+the reconciler should bring: a second partition, a prolog (a managed file) and the rxdm patch, an NFS
+export from ctl mounted as /shared, an enroot image, and node checks. Standard library only (the YAML is
+written from templates); `reconciler validate DIR` checks it against reconciler/model.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+SCHEMA = Path(__file__).resolve().parents[1] / "desired-state.schema.json"
+IMAGE_URI = "docker://nvcr.io#nvidia/pytorch:24.04-py3"
+IMAGE_PATH = "/shared/images/pytorch-24.04.sqsh"
+PROLOG = "/etc/slurm/prolog.sh"
+RXDM = "/opt/apps/adm/slurm/scripts/rxdm"
+RXDM_DEBIAN = 'if (grep -q "ID=debian" /etc/os-release && lsb_release -rs | grep -q "12"); then'
+RXDM_UBUNTU = 'if (grep -q "ID=ubuntu" /etc/os-release && lsb_release -rs | grep -q "22.04"); then'
+
+# The rxdm hook of Cluster Toolkit images, as the testbed seeds it on compute nodes (see testbed.py):
+# the desired state's rxdm patch edits its OS test, as on a real A3-Mega cluster.
+RXDM_SCRIPT = f"""#!/bin/bash
+# Testbed copy of the Cluster Toolkit rxdm prolog hook: only its OS test matters (patched by the reconciler).
+{RXDM_DEBIAN}
+    echo "rxdm: supported OS"
+fi
+exit 0
+"""
+
+# slurm.conf parameters of the running testbed (testbed.slurm_conf writes them from here too).
+SLURM_CONF: dict[str, str | int] = {  # in the order reconciler's renderer writes them
+    "SlurmctldPort": 6817,
+    "SlurmdPort": 6818,
+    "AuthType": "auth/munge",
+    "CredType": "cred/munge",
+    "SlurmUser": "slurm",
+    "StateSaveLocation": "/var/lib/slurm/slurmctld",
+    "SlurmdSpoolDir": "/var/lib/slurm/slurmd",
+    "SlurmctldPidFile": "/run/slurmctld.pid",
+    "SlurmdPidFile": "/run/slurmd.pid",
+    "SlurmctldLogFile": "/var/log/slurm/slurmctld.log",
+    "SlurmdLogFile": "/var/log/slurm/slurmd.log",
+    "MpiDefault": "none",
+    "ProctrackType": "proctrack/linuxproc",
+    "TaskPlugin": "task/none",
+    "SelectType": "select/cons_tres",
+    "SelectTypeParameters": "CR_Core",
+    "SchedulerType": "sched/backfill",
+    "GresTypes": "gpu",
+    "ReturnToService": 2,
+    "JobAcctGatherType": "jobacct_gather/none",
+    "AccountingStorageType": "accounting_storage/none",
+    "SlurmdParameters": "config_overrides",
+}
+
+
+class LayoutLike(Protocol):
+    """What the generator needs from testbed.Layout."""
+
+    name: str
+    subnet: str
+    compute_nodes: list[str]
+    desired_state: Path
+    ssh_config: Path
+    known_hosts: Path
+    identity: Path
+
+
+def q(value: Any) -> str:
+    """A YAML scalar: JSON quoting is valid YAML and never ambiguous."""
+    return json.dumps(value)
+
+
+def header(what: str) -> str:
+    """First lines of every file: schema reference and what the file holds."""
+    schema = f"# yaml-language-server: $schema={SCHEMA}\n" if SCHEMA.exists() else ""
+    return f"{schema}# Written by deploy/testbed for this testbed: {what}\n"
+
+
+def spec(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> dict[str, Any]:
+    """The plain data the YAML templates are filled from."""
+    computes = layout.compute_nodes
+    hostlist = computes[0] if len(computes) == 1 else f"gpu[{computes[0][3:]}-{computes[-1][3:]}]"
+    return {"name": layout.name, "subnet": f"{layout.subnet}.0/24", "computes": hostlist,
+            "all": f"ctl,{hostlist}", "cpus": cpus, "memory": memory_mb, "gpus": gpus,
+            "ssh_config": str(layout.ssh_config), "known_hosts": str(layout.known_hosts),
+            "identity": str(layout.identity)}
+
+
+def cluster_yaml(s: dict[str, Any]) -> str:
+    """cluster.yaml: the running slurm.conf, a second partition, gres.conf and the prolog."""
+    params = "".join(f"    {k}: {q(v)}\n" for k, v in SLURM_CONF.items())
+    return header("the Slurm cluster (slurm.conf, gres.conf)") + f"""cluster:
+  name: {q(s["name"])}
+  slurm_version: "22.05"
+  controllers: [ctl]
+  slurm_conf:
+{params}  node_sets:
+    - nodes: {q(s["computes"])}
+      CPUs: {s["cpus"]}
+      RealMemory: {s["memory"]}
+      gpus: {{count: {s["gpus"]}}}
+  partitions:
+    - name: debug
+      nodes: {q(s["computes"])}
+      default: true
+      MaxTime: INFINITE
+    - name: batch
+      nodes: {q(s["computes"])}
+      MaxTime: "1-00:00:00"
+  gres:
+    lines:
+      - {{nodes: {q(s["computes"])}, name: gpu, file: "/dev/nvidia[0-{s["gpus"] - 1}]"}}
+  prolog: {PROLOG}
+"""
+
+
+def nodes_yaml(s: dict[str, Any]) -> str:
+    """nodes.yaml: every node reached through the testbed's ssh_config and known_hosts."""
+    return header("inventory, reached through the testbed's ssh_config") + f"""ssh:
+  config: {q(s["ssh_config"])}
+  known_hosts: {q(s["known_hosts"])}
+  identity_file: {q(s["identity"])}
+  host_key_policy: reject
+  user: root
+  connect_timeout: 10
+  service_manager: {{type: supervisord}}
+nodes:
+  - name: ctl
+    roles: [controller, login, nfs-server]
+  - name: {q(s["computes"])}
+    roles: [compute]
+"""
+
+
+def storage_yaml(s: dict[str, Any]) -> str:
+    """storage.yaml: /srv/shared exported by ctl, mounted as /shared everywhere."""
+    return header("NFS export from ctl, mounted on every node") + f"""storage:
+  exports:
+    - server: ctl
+      path: /srv/shared
+      clients: [{q(s["subnet"])}]
+      options: [rw, sync, no_subtree_check, no_root_squash]
+  mounts:
+    - source: ctl:/srv/shared
+      mountpoint: /shared
+      type: nfs
+      options: [defaults, _netdev]
+      nodes: {q(s["all"])}
+"""
+
+
+def images_yaml(s: dict[str, Any]) -> str:
+    """images.yaml: the pytorch image, imported on ctl onto shared storage."""
+    return header("enroot images (the testbed's enroot is a stand-in)") + f"""images:
+  - uri: {q(IMAGE_URI)}
+    path: {IMAGE_PATH}
+    import_on: ctl
+"""
+
+
+def patches_yaml(s: dict[str, Any]) -> str:
+    """patches.yaml: the Slurm prolog as a managed file and the rxdm OS-test patch."""
+    return header("the prolog (managed file) and the rxdm patch") + f"""patches:
+  - name: prolog
+    path: {PROLOG}
+    nodes: {q(s["computes"])}
+    mode: "0755"
+    owner: root
+    group: root
+    content: |
+      #!/bin/sh
+      # Slurm prolog (managed by the reconciler): run the rxdm hook, never fail the job for it.
+      [ -x {RXDM} ] && {RXDM} >/dev/null 2>&1
+      exit 0
+  - name: rxdm-ubuntu-2204
+    path: {RXDM}
+    nodes: {q(s["computes"])}
+    match: {q(RXDM_DEBIAN)}
+    replace: {q(RXDM_UBUNTU)}
+"""
+
+
+def checks_yaml(s: dict[str, Any]) -> str:
+    """checks.yaml: node checks the testbed can pass (no nvidia-smi here, so no GPU check)."""
+    return header("node checks") + f"""checks:
+  node:
+    - name: testbed-basics
+      nodes: {q(s["computes"])}
+      interval: 10m
+      mounts: [/shared]
+      services: [munge, slurmd]
+      images: true
+      slurm_state: [IDLE, MIXED, ALLOCATED, COMPLETING]
+    - name: controller
+      nodes: ctl
+      interval: 10m
+      mounts: [/shared]
+      services: [munge, slurmctld]
+"""
+
+
+FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "storage.yaml": storage_yaml,
+         "images.yaml": images_yaml, "patches.yaml": patches_yaml, "checks.yaml": checks_yaml}
+
+
+def render(data: dict[str, Any]) -> dict[str, str]:
+    """File name -> YAML text, from the plain data of `spec`."""
+    return {name: make(data) for name, make in FILES.items()}
+
+
+def write(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> Path:
+    """Write the desired-state directory of a testbed and return its path."""
+    out = layout.desired_state
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in render(spec(layout, cpus, memory_mb, gpus)).items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+    return out

@@ -30,7 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import node_init  # noqa: E402  (sibling module, path set above)
+import desired_state  # noqa: E402  (sibling modules, path set above)
+import node_init  # noqa: E402
 
 BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
 DEFAULT_NAME = "testbed"
@@ -57,9 +58,19 @@ class TestbedError(Exception):
     """A failure worth a one-line message, not a traceback."""
 
 
+VERBOSE = os.environ.get("TESTBED_VERBOSE") == "1"
+_T0 = time.monotonic()
+
+
 def log(msg: str) -> None:
     """Progress message on stderr (stdout is kept for results)."""
     print(f"testbed: {msg}", file=sys.stderr, flush=True)
+
+
+def trace(msg: str) -> None:
+    """Timestamped phase message when TESTBED_VERBOSE=1."""
+    if VERBOSE:
+        log(f"[{time.monotonic() - _T0:6.2f}s] {msg}")
 
 
 # --------------------------------------------------------------------------------------------- layout
@@ -284,7 +295,7 @@ def supervisor_conf(layout: Layout, node: str) -> str:
     wait_munge = "until [ -S /run/munge/munge.socket.2 ]; do sleep 0.1; done"
     daemon = "slurmctld" if node == "ctl" else "slurmd"
     parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
-             _program("munged", "/usr/sbin/munged -F", user="munge", priority=10),
+             _program("munge", "/usr/sbin/munged -F", user="munge", priority=10),
              _program("sshd", "/usr/sbin/sshd -D -e", priority=20),
              _program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
                       autostart=not layout.bare, priority=30)]
@@ -292,36 +303,17 @@ def supervisor_conf(layout: Layout, node: str) -> str:
 
 
 def slurm_conf(layout: Layout) -> str:
-    """Minimal slurm.conf of a running testbed (one partition `debug` with all compute nodes)."""
+    """Minimal slurm.conf of a running testbed: one partition `debug` with all compute nodes.
+
+    Parameters come from desired_state.SLURM_CONF, in the renderer's order, so adopting the testbed with
+    its desired state changes little beyond what the desired state adds.
+    """
     nodes = hostlist(layout.compute_nodes)
-    return f"""# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)
-ClusterName={layout.name}
-SlurmctldHost=ctl
-SlurmUser=slurm
-AuthType=auth/munge
-CredType=cred/munge
-SlurmctldPort={PORT_SLURMCTLD}
-SlurmdPort={PORT_SLURMD}
-StateSaveLocation=/var/lib/slurm/slurmctld
-SlurmdSpoolDir=/var/lib/slurm/slurmd
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SlurmdParameters=config_overrides
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-GresTypes=gpu
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN
-PartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
-"""
+    params = "".join(f"{k}={v}\n" for k, v in desired_state.SLURM_CONF.items())
+    return (f"# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)\n"
+            f"ClusterName={layout.name}\nSlurmctldHost=ctl\n{params}\n# Nodes\n"
+            f"NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN\n"
+            f"\n# Partitions\nPartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n")
 
 
 def gres_conf(layout: Layout) -> str:
@@ -374,6 +366,8 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
         put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
         put(upper, "etc/slurm/gres.conf", gres_conf(layout))
     install_standins(upper)
+    if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
+        put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
     if os.path.lexists(str(BASE)):
         whiteout(upper, str(BASE).lstrip("/"))
     return f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
@@ -608,6 +602,7 @@ def wait_ready(layout: Layout, timeout: float) -> None:
                 raise TestbedError(f"node(s) died while starting: {', '.join(dead)}; see "
                                    f"{layout.node_dir(dead[0]) / 'console.log'}")
             time.sleep(0.05)
+    trace("sshd, munged and Slurm daemons listening")
     if pending:
         raise TestbedError(f"nodes not ready after {timeout:.0f}s: {', '.join(sorted(pending))}")
     while not layout.bare:
@@ -747,18 +742,20 @@ def bring_up(layout: Layout) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub), layout.nodes))
     write_client_files(layout, keys)
+    trace("node layers prepared")
     network_up(layout)
+    trace("network up")
     mount_roots(layout)
     start_nodes(layout, layout.nodes)
+    trace("nodes started")
     wait_ready(layout, timeout=60 + layout.computes)
     write_desired_state(layout)
+    trace("ready")
 
 
 def write_desired_state(layout: Layout) -> None:
     """Write the testbed's desired-state directory (see desired_state.py)."""
-    import desired_state
-
-    desired_state.write(layout)
+    desired_state.write(layout, cpus=NODE_CPUS, memory_mb=NODE_MEMORY_MB, gpus=GPUS_PER_NODE)
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from tests.engine.testbed_state import write_state
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED = REPO / "deploy" / "testbed" / "testbed"
-NAME, SUBNET, COMPUTES = "rt-eng", "10.253.0", "gpu[01-02]"
+NAME, SUBNET, COMPUTES = "rteng", "10.253.0", "gpu[01-02]"
 
 
 @dataclass

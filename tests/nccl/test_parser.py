@@ -9,7 +9,8 @@ import pytest
 from checks.nccl.models import NcclRun, NcclTest
 from checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
 from checks.nccl.verdict import evaluate
-from tests.nccl.cases import CASES, FIXTURES, GIB, Case, TestExpect
+
+from .cases import CASES, FIXTURES, GIB, Case, TestExpect
 
 IDS = [case.file for case in CASES]
 
@@ -226,7 +227,8 @@ def test_collective_hint_for_nameless_output() -> None:
 
 def test_empty_and_garbage() -> None:
     assert parse_text("").errors == ["no nccl-tests output found"]
-    assert parse_output("[1, 2]").errors == ["invalid nccl-tests JSON: top level is not an object"]
+    assert parse_output('{"results": [}').errors[0].startswith("invalid nccl-tests JSON")
+    assert parse_json("[1, 2]").errors == ["invalid nccl-tests JSON: top level is not an object"]
     assert parse_json({"args": ["./all_gather_perf"]}).tests[0].errors == ["no result rows"]
 
 
