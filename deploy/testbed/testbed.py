@@ -687,13 +687,18 @@ def teardown(layout: Layout) -> None:
         pids = testbed_pids(layout)
         if not pids:
             break
+        trace(f"killing {len(pids)} processes")
         left = kill_all(pids)
+        trace("killed")
         if left:
             raise TestbedError(f"processes survive SIGKILL: {sorted(left)}")
     unmount_state(layout)
+    trace("unmounted")
     network_down(layout)
+    trace("namespaces deleted")
     if layout.state.exists():
         shutil.rmtree(layout.state)
+    trace("state removed")
 
 
 # --------------------------------------------------------------------------------------------- commands

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -18,10 +19,17 @@ from checks.nccl.verdict import Thresholds, evaluate
 from .cases import FIXTURES, GIB
 
 REPO = Path(__file__).resolve().parents[2]
-try:
-    import torch
-except ImportError:  # pragma: no cover - exercised only where torch is absent
-    torch = None
+
+
+def _optional_torch() -> Any:
+    """torch, or None where it is not installed."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+torch = _optional_torch()
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
