@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drivers.base import unified_diff
 from reconciler.engine.ops import WriteFile
-from reconciler.engine.plan import Change
+from reconciler.engine.plan import Action, Change
 from reconciler.facts.models import FileFact
 from reconciler.render.blocks import BlockError, block_body, replace_block
 
@@ -21,7 +21,7 @@ def block_change(driver: str, node: str, path: str, fact: FileFact | None, body:
     if current_body == body:
         return Change(node=node, driver=driver, resource=path, action="ok", phase=phase)
     desired = replace_block(current, body)
-    action = "create" if current_body is None else ("delete" if body is None else "update")
+    action: Action = "create" if current_body is None else ("delete" if body is None else "update")
     mode = fact.mode if fact and fact.exists else "0644"
     write = WriteFile(path=path, content=desired, mode=mode, owner=fact.owner if fact and fact.exists else "root",
                       group=fact.group if fact and fact.exists else "root",

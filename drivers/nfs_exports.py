@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from drivers.blocks import block_change
 import shlex
 
+from drivers.blocks import block_change
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest

@@ -66,16 +66,18 @@ class NodeStateDriver:
     def _plan_node(self, ctx: Context, name: str, view: SlurmNodeFact) -> Change:
         spec = ctx.specs.get(name)
         wanted = desired_reason(spec.drain) if spec and spec.drain else None
-        base = {"node": name, "driver": self.name, "resource": "slurm node state", "phase": self.phase,
-                "run_on": ctx.controller}
+
+        def change(summary: str = "", command: str | None = None) -> Change:
+            return Change(node=name, driver=self.name, resource="slurm node state", phase=self.phase,
+                          run_on=ctx.controller, action="update" if command else "ok", summary=summary,
+                          ops=[RunCommand(command=command)] if command else [])
+
         if wanted:
             if view.drained and view.reason == wanted:
-                return Change(action="ok", **base)
+                return change()
             if view.drained and not ours(view.reason):
-                return Change(action="ok", summary=f"already drained by someone else ({view.reason})", **base)
-            return Change(action="update", summary=f"drain ({wanted})",
-                          ops=[RunCommand(command=drain_command(name, wanted))], **base)
+                return change(f"already drained by someone else ({view.reason})")
+            return change(f"drain ({wanted})", drain_command(name, wanted))
         if view.drained and ours(view.reason) and not str(view.reason).startswith(CHECK_PREFIXES):
-            return Change(action="update", summary=f"resume (drain '{view.reason}' is no longer wanted)",
-                          ops=[RunCommand(command=resume_command(name))], **base)
-        return Change(action="ok", **base)
+            return change(f"resume (drain '{view.reason}' is no longer wanted)", resume_command(name))
+        return change()

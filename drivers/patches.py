@@ -53,7 +53,8 @@ class PatchesDriver:
         if whole:
             last = whole[-1]
             return file_change(self.name, node, path, fact, last.content or "", phase=self.phase,
-                               mode=last.mode or "0755", owner=last.owner or "root", group=last.group or "root")
+                               mode=last.mode or "0755", owner=last.owner or "root", group=last.group or "root",
+                               validate_cmd=last.validate_cmd)
         if fact is None or not fact.exists or fact.content is None:
             return Change(node=node, driver=self.name, resource=path, action="error", phase=self.phase,
                           summary=f"patch {names}: {path} does not exist on the node")
@@ -66,8 +67,9 @@ class PatchesDriver:
                           summary=str(exc))
         if content == fact.content:
             return Change(node=node, driver=self.name, resource=path, action="ok", phase=self.phase)
+        validate = next((p.validate_cmd for p in patches if p.validate_cmd), None)
         write = WriteFile(path=path, content=content, mode=fact.mode, owner=fact.owner, group=fact.group,
-                          expect_sha256=fact.sha256)
+                          expect_sha256=fact.sha256, validate_cmd=validate)
         return Change(node=node, driver=self.name, resource=path, action="update", phase=self.phase,
                       summary=f"patch {names} on {path}", ops=[write],
                       diff=unified_diff(path, node, fact.content, content))

@@ -347,9 +347,19 @@ class Patch(Strict):
     mode: str | None = Field(default=None, description="Octal, e.g. '0755'")
     owner: str | None = None
     group: str | None = None
+    validate_cmd: str | None = Field(
+        default=None, alias="validate",
+        description="Checks the new file before install; %s is its temp path, e.g. sh -n %s")
 
     _abs = field_validator("path")(lambda cls, v: _absolute(v))
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+    @field_validator("validate_cmd")
+    @classmethod
+    def _validate_has_placeholder(cls, value: str | None) -> str | None:
+        if value is not None and "%s" not in value:
+            raise ValueError("validate needs %s where the new file's path goes, e.g. 'sh -n %s'")
+        return value
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -311,7 +311,7 @@ class _TextParser:
             if whole.group("level") == "WARN":
                 self.warnings.append(line.strip())
             return None
-        glued = None
+        glued = _GLUED_DEBUG.match(line)
         if glued:
             if glued.group("level") == "WARN":
                 self.warnings.append(glued.group("dbg").strip())

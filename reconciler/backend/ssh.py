@@ -202,8 +202,9 @@ class SSHTransport(BaseTransport):
             cxn.open()
             cxn.client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
         except Exception as exc:
+            reason = explain(cxn, exc, self.ssh.connect_timeout)
             _close_quietly(cxn)
-            raise ConnectError(explain(cxn, exc, self.ssh.connect_timeout)) from exc
+            raise ConnectError(reason) from exc
         return cxn
 
     def _build(self, node: NodeSpec) -> _Connection:
@@ -325,10 +326,18 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
         return f"authentication failed for {cxn.user}@{_where(cxn)}: {_reason(exc)}"
     if isinstance(exc, TimeoutError):
         return f"connect to {_where(cxn)} timed out after {connect_timeout:g}s"
+    if isinstance(exc, paramiko.SSHException) and not _banner_seen(cxn):
+        return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s ({_reason(exc)})"
     if isinstance(exc, NoValidConnectionsError):
         reasons = sorted({err.strerror or str(err) for err in exc.errors.values()})
         return f"cannot connect to {_where(cxn)}: {'; '.join(reasons)}"
     return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
+
+
+def _banner_seen(cxn: fabric.Connection) -> bool:
+    """Whether the server said hello (sent its SSH version line) before things went wrong."""
+    transport = cxn.client.get_transport()
+    return transport is None or bool(transport.remote_version)
 
 
 def _check_for(cxn: Any, host: str) -> HostKeyCheck | None:
@@ -353,6 +362,8 @@ def _where(cxn: fabric.Connection) -> str:
 
 def _reason(exc: BaseException) -> str:
     """An exception as `Type: message` (message alone when the type says nothing more)."""
+    if isinstance(exc, paramiko.ChannelException):
+        return exc.text
     text = str(exc) or type(exc).__name__
     return text if isinstance(exc, paramiko.SSHException) else f"{type(exc).__name__}: {text}"
 

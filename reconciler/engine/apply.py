@@ -107,8 +107,8 @@ class Applier:
         for change in changes:
             if change.node in self.result.failures and any(isinstance(o, WriteFile) for o in change.ops):
                 continue
-            for op in change.ops:
-                if isinstance(op, RunCommand) and not self._command(spec.name, change.node, op):
+            for step in change.ops:
+                if isinstance(step, RunCommand) and not self._command(spec.name, change.node, step):
                     break
             else:
                 if change.node not in self.result.failures:

@@ -71,8 +71,11 @@ def _md_change(change: Change, with_diff: bool) -> str:
     return f"- {title}\n"
 
 
+FULL_PLAN_HINT = "run `reconciler plan DIR` for the full plan"
+
+
 def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_sections: list[str] | None = None,
-                    limit: int = MARKDOWN_LIMIT, full_plan_hint: str = "run `reconciler plan DIR` for the full plan") -> str:
+                    limit: int = MARKDOWN_LIMIT, full_plan_hint: str = FULL_PLAN_HINT) -> str:
     """Markdown for a PR comment or CI summary, truncated under `limit` characters (diffs go first)."""
     head = [MARKER, f"### {title}", "", f"**{plan.verdict()}** — planned `{plan.commit or plan.source}`", ""]
     consequences = plan.slurm.describe()

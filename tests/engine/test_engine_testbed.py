@@ -157,8 +157,8 @@ def test_07_restart_drains_waits_for_job_and_keeps_admin_drain(bed: Bed, tmp_pat
 
 def test_08_sigkill_during_writes_leaves_old_or_new(bed: Bed) -> None:
     big = "x" * 4_000_000
-    from reconciler.engine.remote_write import WRITE_COMMAND, write_request
     from reconciler.engine.ops import WriteFile
+    from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 
     bed.exec("gpu01", "mkdir -p /var/tmp/kill && for i in 1 2 3 4 5 6 7 8; do echo old > /var/tmp/kill/f$i; done")
     ops = [WriteFile(path=f"/var/tmp/kill/f{i}", content=big + str(i)) for i in range(1, 9)]

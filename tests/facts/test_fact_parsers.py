@@ -45,7 +45,8 @@ def test_every_parser_has_cases() -> None:
 
 
 def test_drained_and_responding_flags() -> None:
-    nodes = parsers.parse_scontrol_nodes(json.loads((HERE / "scontrol_nodes/idle_and_drained.json").read_text())["output"])
+    case = json.loads((HERE / "scontrol_nodes/idle_and_drained.json").read_text())
+    nodes = parsers.parse_scontrol_nodes(case["output"])
     assert not nodes["gpu01"].drained and nodes["gpu01"].responding
     assert nodes["gpu02"].drained and nodes["gpu02"].responding
     assert nodes["gpu03"].drained and not nodes["gpu03"].responding

@@ -1,0 +1,264 @@
+"""Pytest plugin: a running local testbed (deploy/testbed) for integration tests.
+
+Register it with ``pytest_plugins = ["tests.testbed_fixture"]`` (tests/testbed/conftest.py does so for its
+own tests when nobody else did). Fixtures:
+
+- ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
+  (default 4), under a name and subnet unique to this pytest process.
+- ``testbed_factory`` (session): ``make(nodes=2, bare=False)`` brings up more testbeds, all torn down at the
+  end of the session.
+
+Every testbed is torn down at the end of the session whatever the tests did (also at interpreter exit and on
+SIGTERM); testbeds left behind by a killed pytest are removed by the next run. Without root or the Debian
+packages, the fixtures skip with the reason.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TESTBED = REPO / "deploy" / "testbed" / "testbed"
+BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
+OWNER_FILE = "pytest-owner"
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NEEDED = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd",
+          "/usr/bin/sinfo", "/usr/bin/supervisord", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs",
+          "/usr/sbin/exportfs", "/usr/bin/nsenter", "/usr/bin/python3"]
+
+
+def unavailable() -> str | None:
+    """Why the testbed cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "the testbed needs root (namespaces, mounts)"
+    missing = [b for b in NEEDED if not os.path.exists(b)]
+    if missing:
+        return f"missing {', '.join(missing)}: run deploy/testbed/testbed deps"
+    return None
+
+
+@dataclass
+class Testbed:
+    """A running testbed: its nodes, files, and ways to run commands on them."""
+
+    name: str
+    subnet: str
+    computes: list[str]
+    bare: bool
+    state_dir: Path
+    up_output: str = ""
+    _pids: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def nodes(self) -> list[str]:
+        """All nodes, ctl first."""
+        return ["ctl", *self.computes]
+
+    @property
+    def desired_state(self) -> Path:
+        """The desired-state directory `up` wrote."""
+        return self.state_dir / "desired-state"
+
+    @property
+    def ssh_config(self) -> Path:
+        """ssh_config with a Host entry per node."""
+        return self.state_dir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        """known_hosts with every node's host key."""
+        return self.state_dir / "known_hosts"
+
+    @property
+    def identity(self) -> Path:
+        """Private key for root on every node."""
+        return self.state_dir / "id_ed25519"
+
+    def ip(self, node: str) -> str:
+        """A node's address."""
+        return f"{self.subnet}.1" if node == "ctl" else f"{self.subnet}.{10 + int(node[3:])}"
+
+    def pid1(self, node: str) -> int:
+        """Host PID of a node's PID 1 (supervisord)."""
+        if not self._pids:
+            self._pids = json.loads((self.state_dir / "state.json").read_text())["pids"]
+        return int(self._pids[node])
+
+    def run(self, node: str, cmd: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a shell command inside a node through nsenter (no SSH), with a clean environment."""
+        argv = ["nsenter", "-t", str(self.pid1(node)), "-a", "--", "/usr/bin/env", "-i", f"PATH={NODE_PATH}",
+                "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", cmd]
+        return _checked(subprocess.run(argv, capture_output=True, text=True, timeout=timeout), node, cmd, check)
+
+    def ssh(self, node: str, cmd: str, check: bool = False, timeout: float = 120,
+            options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        """Run a command on a node over real SSH with the testbed's ssh_config."""
+        argv = ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", *options, node, cmd]
+        return _checked(subprocess.run(argv, capture_output=True, text=True, timeout=timeout), node, cmd, check)
+
+    def host_pids(self, node: str, comm: str) -> list[int]:
+        """Host PIDs of the processes named COMM inside a node (matched by the node's PID namespace)."""
+        want = os.stat(f"/proc/{self.pid1(node)}/ns/pid").st_ino
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if (os.stat(f"/proc/{entry}/ns/pid").st_ino == want
+                        and Path(f"/proc/{entry}/comm").read_text().strip() == comm):
+                    found.append(int(entry))
+        return sorted(found)
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Wait until sinfo on ctl shows every compute node idle."""
+        cmd = "sinfo -h -N -o '%N %t'"
+        script = (f"end=$(( $(date +%s) + {int(timeout)} )); while [ $(date +%s) -lt $end ]; do "
+                  f"[ -z \"$({cmd} | grep -v ' idle$')\" ] && [ -n \"$({cmd})\" ] && exit 0; sleep 0.2; done; "
+                  f"{cmd}; exit 1")
+        proc = self.run("ctl", script, timeout=timeout + 10)
+        assert proc.returncode == 0, f"compute nodes not idle: {proc.stdout}"
+
+    def down(self) -> None:
+        """Tear the testbed down."""
+        _testbed_cli("down", "--name", self.name)
+
+
+def _checked(proc: subprocess.CompletedProcess[str], node: str, cmd: str,
+             check: bool) -> subprocess.CompletedProcess[str]:
+    """Raise AssertionError with the output when CHECK and the command failed."""
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{node}: {cmd!r} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _testbed_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run deploy/testbed/testbed."""
+    return subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale() -> None:
+    """Tear down testbeds left by a pytest process that no longer runs."""
+    if not BASE.is_dir():
+        return
+    for owner in BASE.glob(f"*/{OWNER_FILE}"):
+        with contextlib.suppress(OSError, ValueError):
+            if not _pid_alive(int(owner.read_text().strip())):
+                _testbed_cli("down", "--name", owner.parent.name)
+
+
+def _used_subnets() -> set[str]:
+    """Subnets of the testbeds that exist now."""
+    used = set()
+    for state in BASE.glob("*/state.json") if BASE.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            used.add(json.loads(state.read_text())["subnet"])
+    return used
+
+
+class Registry:
+    """Testbeds this pytest process brought up, for teardown whatever happens."""
+
+    def __init__(self) -> None:
+        self.beds: list[Testbed] = []
+        self.counter = 0
+
+    def next_name_and_subnet(self) -> tuple[str, str]:
+        """A testbed name and /24 unique to this process and free on this machine."""
+        self.counter += 1
+        name = f"pt{os.getpid() % 100000}x{self.counter}"[:12]
+        used = _used_subnets()
+        for third in range((os.getpid() + self.counter * 7) % 200, 256 + 200):
+            subnet = f"10.251.{third % 256}"
+            if subnet not in used and 0 < third % 256 < 255:
+                return name, subnet
+        raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
+
+    def up(self, nodes: int, bare: bool) -> Testbed:
+        """Bring up a new testbed."""
+        reason = unavailable()
+        if reason:
+            pytest.skip(reason)
+        name, subnet = self.next_name_and_subnet()
+        args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else [])]
+        bed = Testbed(name=name, subnet=subnet, computes=[f"gpu{i:02d}" for i in range(1, nodes + 1)],
+                      bare=bare, state_dir=BASE / name)
+        self.beds.append(bed)
+        proc = _testbed_cli(*args)
+        bed.up_output = proc.stdout
+        if proc.returncode != 0:
+            raise RuntimeError(f"testbed up failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        (bed.state_dir / OWNER_FILE).write_text(f"{os.getpid()}\n")
+        return bed
+
+    def down_all(self) -> None:
+        """Tear down every testbed still registered."""
+        while self.beds:
+            self.beds.pop().down()
+
+
+REGISTRY = Registry()
+atexit.register(REGISTRY.down_all)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Tear down the testbeds, then die of SIGTERM as we would have."""
+    REGISTRY.down_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def testbed_factory() -> Iterator[Callable[..., Testbed]]:
+    """make(nodes=2, bare=False) -> a new running Testbed; all are torn down at session end."""
+    if not unavailable():
+        reap_stale()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield lambda nodes=2, bare=False: REGISTRY.up(nodes, bare)
+    finally:
+        REGISTRY.down_all()
+        signal.signal(signal.SIGTERM, previous)
+
+
+_shared: dict[str, Testbed] = {}
+
+
+@pytest.fixture(scope="session")
+def testbed(testbed_factory: Callable[..., Testbed]) -> Testbed:
+    """The session's running testbed with Slurm configured (RECONCILER_TESTBED_NODES compute nodes, default 4)."""
+    bed = _shared.get("slurm")
+    if bed is None or bed not in REGISTRY.beds:
+        bed = testbed_factory(nodes=int(os.environ.get("RECONCILER_TESTBED_NODES", "4")))
+        _shared["slurm"] = bed
+    return bed
+
+
+def ssh_command(bed: Testbed, node: str, *args: str) -> list[str]:
+    """argv of the bare ssh client for a node of BED (for tests that drive ssh themselves)."""
+    return ["ssh", "-F", str(bed.ssh_config), node, *(shlex.quote(a) for a in args)]
+
+
+__all__ = ["Testbed", "testbed", "testbed_factory", "unavailable", "ssh_command"]
