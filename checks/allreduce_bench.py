@@ -263,7 +263,7 @@ def count_wrong(result: Any, want: Any, world: int, chunk: int = 1 << 28) -> int
     for start in range(0, result.numel(), chunk):
         got, ref = result[start : start + chunk], want[start : start + chunk]
         bad = (got.float() - ref.float()).abs() > tolerance * ref.float().abs() if rounding else got != ref
-        wrong += 0
+        wrong += int(bad.sum().item())
     return wrong
 
 
@@ -440,9 +440,11 @@ def spawned(index: int, world: int, args: argparse.Namespace) -> None:
 def spawn_all(args: argparse.Namespace) -> int:
     """Start one process per GPU (or -g N, or 2 on CPU) on this host and wait for them."""
     torch = _torch()
-    nprocs = args.ngpus or (torch.cuda.device_count() if use_cuda(args) else 2)
-    if nprocs < 1:
-        print(f"{TOOL}: no GPU visible; use --device cpu", file=sys.stderr)
+    cuda = use_cuda(args)
+    visible = torch.cuda.device_count() if cuda else 0
+    nprocs = args.ngpus or (visible if cuda else 2)
+    if nprocs < 1 or (cuda and nprocs > visible):
+        print(f"{TOOL}: {nprocs} processes but {visible} GPUs visible (use --device cpu?)", file=sys.stderr)
         return 2
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))

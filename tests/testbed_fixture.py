@@ -53,6 +53,8 @@ def unavailable() -> str | None:
 class Testbed:
     """A running testbed: its nodes, files, and ways to run commands on them."""
 
+    __test__ = False  # not a test class, whatever its name
+
     name: str
     subnet: str
     computes: list[str]

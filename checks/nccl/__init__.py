@@ -1,14 +1,20 @@
-"""nccl-tests output: parser, verdict and the ``nccl`` command group."""
+"""nccl-tests output: parser, verdict and the ``nccl`` command group (``checks.nccl.cli``)."""
 
 from checks.nccl.models import NcclDevice, NcclRow, NcclRun, NcclTest
 from checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
+from checks.nccl.verdict import RegressionPolicy, Thresholds, Verdict, check_regression, evaluate
 
 __all__ = [
     "NcclDevice",
     "NcclRow",
     "NcclRun",
     "NcclTest",
+    "RegressionPolicy",
+    "Thresholds",
+    "Verdict",
+    "check_regression",
     "collective_from_binary",
+    "evaluate",
     "parse_file",
     "parse_json",
     "parse_output",

@@ -37,7 +37,7 @@ _INT_PREFIX = {"size", "count", "root"}
 _LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _DEBUG_LINE = re.compile(r"^\s*\S+:\d+:\d+ \[\d+\] NCCL (?P<level>[A-Z]+)\b(?P<msg>.*)$")
 _GLUED_DEBUG = re.compile(
-    r"^(?P<row>\s*\d+\s+\d+\s+\S.*?)(?P<dbg>[A-Za-z][\w.\-]*:\d+:\d+ \[\d+\] NCCL (?P<level>[A-Z]+)\b.*)$"
+    r"^(?P<row>\s*[-\d].*?)(?P<dbg>[A-Za-z][\w.\-]*:\d+:\d+ \[\d+\] NCCL (?P<level>[A-Z]+)\b.*)$"
 )
 _VERSION = re.compile(r"^#\s*nccl-tests version (?P<ver>\S+)(?:.*?nccl-library=(?P<lib>\d+))?")
 _OWN_TOOL = re.compile(
@@ -176,7 +176,6 @@ class _TestState:
     """What has been read of the test being parsed."""
 
     binary: str | None = None
-    collective: str | None = None
     tool: str | None = None
     nccl_version: int | None = None
     ngpus: int | None = None
@@ -225,9 +224,8 @@ def _closing_errors(state: _TestState) -> list[str]:
 def _finish(state: _TestState, default_collective: str) -> NcclTest:
     """Turn a test state into the result model."""
     columns = state.columns.names if state.columns else []
-    collective = state.collective or (collective_from_binary(state.binary) if state.binary else None)
     return NcclTest(
-        collective=collective or default_collective,
+        collective=collective_from_binary(state.binary) if state.binary else default_collective,
         binary=state.binary,
         tool=state.tool,
         nccl_version=state.nccl_version,

@@ -40,6 +40,7 @@ SYS_PIVOT_ROOT = 155  # x86_64
 
 NVIDIA_MAJOR = 195
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NODE_PYLIB = "/usr/lib/reconciler-testbed/python"  # the pkg_resources stand-in that keeps supervisord small
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -150,7 +151,7 @@ def setup_root(spec: dict) -> None:
 
 def exec_supervisord(marker: str) -> None:
     """Replace this process (the node's PID 1) by supervisord in the foreground."""
-    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker}
+    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker, "PYTHONPATH": NODE_PYLIB}
     os.umask(0o022)
     os.closerange(3, 1024)
     os.execve("/usr/bin/supervisord",

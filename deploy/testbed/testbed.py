@@ -42,6 +42,7 @@ NODE_MEMORY_MB = 64000
 MAX_NODES = 200
 PATH = node_init.PATH
 NODE_PYTHON = "/usr/bin/python3"
+NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
                    "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
                    "util-linux", "python3"]
@@ -312,7 +313,8 @@ def slurm_conf(layout: Layout) -> str:
     params = "".join(f"{k}={v}\n" for k, v in desired_state.SLURM_CONF.items())
     return (f"# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)\n"
             f"ClusterName={layout.name}\nSlurmctldHost=ctl\n{params}\n# Nodes\n"
-            f"NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN\n"
+            f"NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} "
+            "State=UNKNOWN\n"
             f"\n# Partitions\nPartitionName=debug Nodes={nodes} Default=YES MaxTime=INFINITE State=UP\n")
 
 
@@ -377,6 +379,8 @@ def install_standins(upper: Path) -> None:
     """Put the testbed-only mount.nfs and enroot stand-ins into a node (never on the host)."""
     put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
     put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
+    pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
+    put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
 
 
 def write_client_files(layout: Layout, host_keys: list[str]) -> None:
@@ -414,7 +418,8 @@ def network_up(layout: Layout) -> None:
     if todo:
         create_netns_from(layout.admin_ns, todo)
     batch = [] if _link_exists(layout.admin_ns, "br0") else [
-        "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/24 dev br0", "link set br0 up"]
+        "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/24 dev br0",
+        "link set br0 up"]
     for node in layout.nodes:
         if not _link_exists(layout.admin_ns, f"v-{node}"):
             batch += [f"link add v-{node} type veth peer name eth0 netns {layout.ns(node)}",
@@ -602,9 +607,9 @@ def wait_ready(layout: Layout, timeout: float) -> None:
                 raise TestbedError(f"node(s) died while starting: {', '.join(dead)}; see "
                                    f"{layout.node_dir(dead[0]) / 'console.log'}")
             time.sleep(0.05)
-    trace("sshd, munged and Slurm daemons listening")
     if pending:
         raise TestbedError(f"nodes not ready after {timeout:.0f}s: {', '.join(sorted(pending))}")
+    trace("sshd, munged and Slurm daemons listening")
     while not layout.bare:
         states = slurm_states(layout)
         if all(states.get(n) == "idle" for n in layout.compute_nodes):
@@ -702,6 +707,12 @@ def teardown(layout: Layout) -> None:
 
 
 # --------------------------------------------------------------------------------------------- commands
+
+
+def _is_up(name: str) -> bool:
+    """Whether any node of testbed NAME is alive."""
+    layout = Layout.load(name)
+    return bool(layout) and any(node_alive(layout, n) for n in layout.nodes)  # type: ignore[union-attr]
 
 
 def running(layout: Layout) -> bool:
@@ -817,15 +828,17 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return proc.returncode
 
 
-POLICY_RC_D = "#!/bin/sh\n# written by deploy/testbed: never start daemons on the host when installing packages\nexit 101\n"
+POLICY_RC_D = ("#!/bin/sh\n# written by deploy/testbed: never start daemons on the host when installing packages\n"
+               "exit 101\n")
 
 
 def cmd_deps(args: argparse.Namespace) -> int:
     """Install the Debian packages the testbed needs, with a policy-rc.d that stops daemons starting."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root")
-    if BASE.is_dir() and any(p.is_dir() for p in BASE.iterdir()):
-        raise TestbedError(f"a testbed is up (see {BASE}): the host's / is its lower layer; run down first")
+    up = [name for name in (p.name for p in BASE.iterdir() if p.is_dir()) if _is_up(name)] if BASE.is_dir() else []
+    if up:
+        raise TestbedError(f"testbed(s) up: {', '.join(up)}; the host's / is their lower layer: run down first")
     policy = Path("/usr/sbin/policy-rc.d")
     if not policy.exists() or "exit 101" not in policy.read_text():
         if policy.exists():

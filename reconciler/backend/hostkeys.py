@@ -42,8 +42,31 @@ class KnownHosts:
         self.path = path
         self._keys = paramiko.HostKeys()
         self._lock = threading.Lock()
+        self.revoked: set[str] = set()  # base64 blobs of the `@revoked` lines
         if path.is_file():
-            self._keys.load(str(path))
+            self._load(path.read_text(encoding="utf-8", errors="replace"))
+
+    def _load(self, text: str) -> None:
+        """Read the entries; skip bad lines and `@cert-authority` (paramiko's own loader dies on markers)."""
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            if parts[0].startswith("@"):
+                if parts[0] == "@revoked" and len(parts) >= 4:
+                    self.revoked.add(parts[3])
+                continue
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+            except (paramiko.hostkeys.InvalidHostKey, paramiko.SSHException, ValueError):
+                continue  # a bad line is skipped, as OpenSSH does
+            if entry is not None and entry.key is not None:
+                for name in entry.hostnames:
+                    self._keys.add(name, entry.key.get_name(), entry.key)
+
+    def is_revoked(self, key: paramiko.PKey) -> bool:
+        """Whether a `@revoked` line names this key (whatever host pattern it has)."""
+        return key.get_base64() in self.revoked
 
     def lookup(self, name: str) -> dict[str, paramiko.PKey]:
         """The known keys of a host name, by key type (empty when the host is unknown)."""
@@ -89,6 +112,16 @@ class HostKeyCheck:
         return (f"host key for {self.label} not in {self.known.path} (as {self.name}): refusing "
                 "(set ssh.host_key_policy: accept-new to trust on first use)")
 
+    def revoked_message(self, key: paramiko.PKey) -> str:
+        """The refusal message for a host presenting a key marked `@revoked`."""
+        return (f"host key for {self.label} ({key.get_name()} {fingerprint(key)}) is marked @revoked in "
+                f"{self.known.path}: refusing")
+
+    def verify(self, key: paramiko.PKey) -> None:
+        """Refuse a revoked key (paramiko checked everything else during the handshake)."""
+        if self.known.is_revoked(key):
+            raise HostKeyRefused(self.revoked_message(key))
+
     def changed_message(self, offered: paramiko.PKey, expected: paramiko.PKey) -> str:
         """The refusal message for a host whose key differs from the recorded one."""
         return (f"HOST KEY CHANGED for {self.label}: {self.known.path} has {expected.get_name()} "
@@ -105,6 +138,7 @@ class _Policy(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client: Any, hostname: str, key: paramiko.PKey) -> None:
         """Refuse the unknown key, or record it when the policy is accept-new."""
+        self.check.verify(key)
         if not self.check.accept_new:
             raise HostKeyRefused(self.check.unknown_message())
         self.check.known.record(self.check.name, key)

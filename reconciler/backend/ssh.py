@@ -195,11 +195,15 @@ class SSHTransport(BaseTransport):
 
     def _open(self, node: NodeSpec) -> _Connection:
         """Build, arm and open a connection to a node (through its bastion, if any)."""
-        cxn = self._build(node)
+        try:
+            cxn = self._build(node)
+        except (OSError, ValueError, paramiko.SSHException) as exc:
+            raise ConnectError(f"cannot set up a connection to {node.name}: {_reason(exc)}") from exc
         with self._lock:
             self.connects[node.name] = self.connects.get(node.name, 0) + 1
         try:
             cxn.open()
+            _verify_chain(cxn)
             cxn.client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
         except Exception as exc:
             reason = explain(cxn, exc, self.ssh.connect_timeout)
@@ -217,7 +221,7 @@ class SSHTransport(BaseTransport):
             config=self._fabric_config(),
             gateway=self._gateway(node) if node.proxy_jump else None,
             connect_timeout=self.ssh.connect_timeout,
-            connect_kwargs=self._connect_kwargs(node.identity_file),
+            connect_kwargs=self._connect_kwargs(node.identity_file, looked_up),
         )
         self._arm_chain(cxn, f"{node.name} ({cxn.host}{'' if cxn.port == 22 else f':{cxn.port}'})")
         return cxn
@@ -248,7 +252,7 @@ class SSHTransport(BaseTransport):
             port=int(parts["port"] or looked_up.get("port", 22)),
             config=self._fabric_config(),
             connect_timeout=self.ssh.connect_timeout,
-            connect_kwargs=self._connect_kwargs(identity_file),
+            connect_kwargs=self._connect_kwargs(identity_file, looked_up),
         )
         self._arm_chain(gateway, f"bastion {jump}")
         return gateway
@@ -303,13 +307,15 @@ class SSHTransport(BaseTransport):
         """A fabric Config with our parsed ssh_config and no fabric/invoke config files read."""
         return fabric.Config(ssh_config=self._ssh_config, lazy=True)
 
-    def _connect_kwargs(self, identity_file: str | None) -> dict[str, Any]:
-        """paramiko connect() arguments: the key file and timeouts for every phase of connecting."""
+    def _connect_kwargs(self, identity_file: str | None, looked_up: paramiko.SSHConfigDict) -> dict[str, Any]:
+        """paramiko connect() arguments: key file, IdentitiesOnly, and a timeout for each connect phase."""
         kwargs: dict[str, Any] = {
             "banner_timeout": self.ssh.connect_timeout,
             "auth_timeout": self.ssh.connect_timeout,
             "channel_timeout": self.ssh.connect_timeout,
         }
+        if str(looked_up.get("identitiesonly", "no")).lower() == "yes":
+            kwargs.update(allow_agent=False, look_for_keys=False)
         if identity_file:
             kwargs["key_filename"] = [str(self._resolve(identity_file))]
         return kwargs
@@ -327,11 +333,22 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
     if isinstance(exc, TimeoutError):
         return f"connect to {_where(cxn)} timed out after {connect_timeout:g}s"
     if isinstance(exc, paramiko.SSHException) and not _banner_seen(cxn):
-        return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s ({_reason(exc)})"
+        detail = "" if str(exc) == "No existing session" else f" ({_reason(exc)})"
+        return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s{detail}"
     if isinstance(exc, NoValidConnectionsError):
         reasons = sorted({err.strerror or str(err) for err in exc.errors.values()})
         return f"cannot connect to {_where(cxn)}: {'; '.join(reasons)}"
     return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
+
+
+def _verify_chain(cxn: fabric.Connection) -> None:
+    """After the handshakes: refuse if the node or a bastion presented a key marked `@revoked`."""
+    hop: Any = cxn
+    while isinstance(hop, fabric.Connection):
+        check: HostKeyCheck | None = getattr(hop, "host_key_check", None)
+        if check is not None and hop.transport is not None:
+            check.verify(hop.transport.get_remote_server_key())
+        hop = hop.gateway
 
 
 def _banner_seen(cxn: fabric.Connection) -> bool:

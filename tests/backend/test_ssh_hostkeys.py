@@ -74,6 +74,20 @@ def test_known_key_of_another_type_only_is_refused(tmp_path: Path, sshd: Sshd, k
     assert (result.error or "").startswith("HOST KEY CHANGED for gpu01")
 
 
+@pytest.mark.parametrize(("policy", "listed"), [("reject", True), ("accept-new", False)])
+def test_revoked_key_is_refused(tmp_path: Path, sshd: Sshd, key: Path, policy: str, listed: bool) -> None:
+    """A `@revoked` line wins over a matching entry, and accept-new never records a revoked key."""
+    known = tmp_path / "known_hosts"
+    text = (sshd.known_hosts_line if listed else "") + f"@revoked * {sshd.host_key}\n"
+    known.write_text(text)
+    marker = tmp_path / "ran"
+    with transport(tmp_path, known_hosts=str(known), host_key_policy=policy) as ssh:
+        result = ssh.run(spec(sshd.port, key), f"touch {marker}")
+    assert (result.error or "").startswith(f"host key for gpu01 (127.0.0.1:{sshd.port}) (ssh-ed25519 SHA256:")
+    assert f"is marked @revoked in {known}: refusing" in (result.error or "")
+    assert not marker.exists() and known.read_text() == text
+
+
 # ---------------------------------------------------------------- unknown keys
 
 
@@ -117,6 +131,16 @@ def test_hashed_known_hosts_entries_are_understood(tmp_path: Path, sshd: Sshd, k
     assert known.read_text().startswith("|1|")
     with transport(tmp_path, known_hosts=str(known)) as ssh:
         assert ssh.run(spec(sshd.port, key), "true").ok
+
+
+def test_odd_known_hosts_lines_are_skipped(tmp_path: Path, sshd: Sshd, key: Path) -> None:
+    """Comments, @cert-authority, garbage and bad base64 do not stop the good entry from working."""
+    known = tmp_path / "known_hosts"
+    known.write_text("# comment\n\n@cert-authority *.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5\n"
+                     "just garbage\nhost ssh-ed25519 not*base64\nhost2 ssh-ed25519 QUJD\n" + sshd.known_hosts_line)
+    with transport(tmp_path, known_hosts=str(known)) as ssh:
+        result = ssh.run(spec(sshd.port, key), "true")
+    assert result.ok, result.error
 
 
 def test_known_key_type_is_preferred_when_the_server_has_several(tmp_path: Path,

@@ -54,7 +54,8 @@ def test_busbw_per_row(case: Case) -> None:
         for size, (oop, ip) in expect.busbw.items():
             assert by_size[size].oop_busbw == pytest.approx(oop, abs=1e-6)
             assert by_size[size].ip_busbw == pytest.approx(ip, abs=1e-6)
-        assert all((row.busbw() or -1.0) >= 0 for row in test.rows)
+        values = [row.busbw() for row in test.rows]
+        assert all(value is not None and value >= 0 for value in values)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -175,6 +176,24 @@ def test_debug_lines_glued_to_rows() -> None:
     assert run.warnings == ["vm:1602:1615 [1] NCCL WARN NET/IB : No device found."]
     first = run.tests[0].rows[0]
     assert (first.root, first.oop_time_us, first.ip_busbw) == (-1, 17.44, 68.90)
+
+
+def test_debug_glued_to_both_parts_of_a_row() -> None:
+    lines = (FIXTURES / "h200x2_all_reduce_perf_json_run.txt").read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if line.strip().startswith("4194304 "))
+    row, glue = lines[index], "vm:1355:1360 [0] NCCL INFO Channel 02/0 : 0[0] -> 1[1] via P2P/CUMEM"
+    lines[index : index + 1] = [
+        row[:52] + glue,
+        glue,
+        row[52:85] + "node-2:1355:1361 [1] NCCL WARN x",
+        row[85:],
+    ]
+    run = parse_text("\n".join(lines))
+    assert run.ok and run.warnings == ["node-2:1355:1361 [1] NCCL WARN x"]
+    assert (
+        run.tests[0].rows[1].model_dump()
+        == parse_text("\n".join([*lines[:index], row])).tests[0].rows[1].model_dump()
+    )
 
 
 def test_srun_labels_removed() -> None:
