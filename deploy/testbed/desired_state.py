@@ -62,11 +62,21 @@ class LayoutLike(Protocol):
 
     name: str
     subnet: str
-    compute_nodes: list[str]
-    desired_state: Path
-    ssh_config: Path
-    known_hosts: Path
-    identity: Path
+
+    @property
+    def compute_nodes(self) -> list[str]: ...
+
+    @property
+    def desired_state(self) -> Path: ...
+
+    @property
+    def ssh_config(self) -> Path: ...
+
+    @property
+    def known_hosts(self) -> Path: ...
+
+    @property
+    def identity(self) -> Path: ...
 
 
 def q(value: Any) -> str:

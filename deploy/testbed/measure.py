@@ -57,7 +57,8 @@ def one_run(nodes: int) -> dict[str, float]:
 
 def main() -> None:
     """Run the measurements and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sizes", nargs="+", type=int, help="numbers of compute nodes")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

@@ -52,11 +52,15 @@ def check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+def _enc(text: str | None) -> bytes | None:
+    """Encode an optional C string argument."""
+    return text.encode() if text is not None else None
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:  # noqa: E501
     """Call mount(2)."""
-    enc = (lambda s: s.encode() if s is not None else None)
-    check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {source} on {target}")
+    ret = libc.mount(_enc(source), _enc(target), _enc(fstype), ctypes.c_ulong(flags), _enc(data))
+    check(ret, f"mount {source} on {target}")
 
 
 def umount2(target: str, flags: int = 0) -> None:
@@ -86,7 +90,8 @@ def setup_dev(root: str, gpus: int) -> None:
     if gpus:
         _mknod_chr(f"{dev}/nvidiactl", NVIDIA_MAJOR, 255)
     os.mkdir(f"{dev}/pts", 0o755)
-    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5")
+    pts_opts = "newinstance,ptmxmode=0666,mode=0620,gid=5"
+    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_opts)
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     os.mkdir(f"{dev}/shm", 0o1777)
     mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
@@ -151,7 +156,8 @@ def setup_root(spec: dict) -> None:
 
 def exec_supervisord(marker: str) -> None:
     """Replace this process (the node's PID 1) by supervisord in the foreground."""
-    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker, "PYTHONPATH": NODE_PYLIB}
+    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker,
+           "PYTHONPATH": NODE_PYLIB}
     os.umask(0o022)
     os.closerange(3, 1024)
     os.execve("/usr/bin/supervisord",

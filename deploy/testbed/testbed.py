@@ -44,8 +44,7 @@ PATH = node_init.PATH
 NODE_PYTHON = "/usr/bin/python3"
 NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
-                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
-                   "util-linux", "python3"]
+                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server"]
 REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/munged",
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
@@ -188,12 +187,17 @@ def run(cmd: list[str], *, input: str | None = None, check: bool = True) -> subp
 
 
 @contextlib.contextmanager
-def locked(name: str) -> Iterator[None]:
-    """Serialise up/down of one testbed."""
+def locked(name: str, remove: bool = False) -> Iterator[None]:
+    """Serialise up/down of one testbed; with REMOVE, delete the lock file (and an empty BASE) after."""
     BASE.mkdir(parents=True, exist_ok=True)
-    with open(BASE / f".{name}.lock", "w") as f:
+    lock = BASE / f".{name}.lock"
+    with open(lock, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+        if remove:
+            lock.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                BASE.rmdir()
 
 
 def require_root_and_deps() -> None:
@@ -280,10 +284,11 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """
 
 
-def _program(name: str, command: str, *, autostart: bool = True, user: str = "", priority: int = 50) -> str:
+def _program(name: str, command: str, *, autostart: bool = True, user: str = "", priority: int = 50,
+             startsecs: int = 1) -> str:
     """One supervisord [program:x] section."""
     lines = [f"[program:{name}]", f"command={command}", f"autostart={'true' if autostart else 'false'}",
-             "autorestart=true", f"priority={priority}", "startsecs=1", "stopwaitsecs=10",
+             "autorestart=true", f"priority={priority}", f"startsecs={startsecs}", "stopwaitsecs=10",
              "redirect_stderr=true", f"stdout_logfile=/var/log/supervisor/{name}.log",
              "stdout_logfile_maxbytes=1MB", "stdout_logfile_backups=1"]
     if user:
@@ -296,8 +301,8 @@ def supervisor_conf(layout: Layout, node: str) -> str:
     wait_munge = "until [ -S /run/munge/munge.socket.2 ]; do sleep 0.1; done"
     daemon = "slurmctld" if node == "ctl" else "slurmd"
     parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
-             _program("munge", "/usr/sbin/munged -F", user="munge", priority=10),
-             _program("sshd", "/usr/sbin/sshd -D -e", priority=20),
+             _program("munge", "/usr/sbin/munged -F", user="munge", priority=10, startsecs=0),
+             _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0),
              _program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
                       autostart=not layout.bare, priority=30)]
     return "\n".join(parts)
@@ -582,11 +587,16 @@ def node_ready(layout: Layout, node: str) -> bool:
     return want <= listening_ports(pid)
 
 
+def nsenter_argv(layout: Layout, node: str, command: str) -> list[str]:
+    """argv running a shell command inside a node (all its namespaces) with a clean environment."""
+    return ["nsenter", "-t", str(layout.pids[node]), "-a", "--", "/usr/bin/env", "-i", f"PATH={PATH}",
+            "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", command]
+
+
 def nsenter(layout: Layout, node: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run a shell command inside a node (all its namespaces) with a clean environment."""
-    cmd = ["nsenter", "-t", str(layout.pids[node]), "-a", "--", "/usr/bin/env", "-i", f"PATH={PATH}",
-           "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", command]
-    return subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+    """Run a shell command inside a node and capture its output."""
+    argv = nsenter_argv(layout, node, command)
+    return subprocess.run(argv, text=True, capture_output=True, timeout=timeout)
 
 
 def slurm_states(layout: Layout) -> dict[str, str]:
@@ -644,14 +654,15 @@ def testbed_pids(layout: Layout) -> set[int]:
                 ino = _ns_inode(f"/proc/{layout.pids[node]}/ns/{kind}")
                 if ino:
                     mnts.add(ino)
-    markers = {layout.marker(n) for n in layout.nodes}
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         pid = int(entry)
-        if environ_marker(pid) in markers or _ns_inode(f"/proc/{pid}/ns/net") in nets or any(
-                _ns_inode(f"/proc/{pid}/ns/{k}") in mnts for k in ("mnt", "pid")):
+        marker = environ_marker(pid)
+        ours = marker is not None and marker.split("/", 1)[0] == layout.name
+        if ours or _ns_inode(f"/proc/{pid}/ns/net") in nets or any(
+                _ns_inode(f"/proc/{pid}/ns/{kind}") in mnts for kind in ("mnt", "pid")):
             pids.add(pid)
     return pids
 
@@ -701,6 +712,10 @@ def teardown(layout: Layout) -> None:
     trace("unmounted")
     network_down(layout)
     trace("namespaces deleted")
+    prefix = str(layout.state) + "/"
+    mounted = [m for m in mountpoints() if m.startswith(prefix)]
+    if mounted:  # never delete through a mounted overlay
+        raise TestbedError(f"still mounted, not deleting {layout.state}: {', '.join(mounted)}")
     if layout.state.exists():
         shutil.rmtree(layout.state)
     trace("state removed")
@@ -712,7 +727,7 @@ def teardown(layout: Layout) -> None:
 def _is_up(name: str) -> bool:
     """Whether any node of testbed NAME is alive."""
     layout = Layout.load(name)
-    return bool(layout) and any(node_alive(layout, n) for n in layout.nodes)  # type: ignore[union-attr]
+    return layout is not None and any(node_alive(layout, n) for n in layout.nodes)
 
 
 def running(layout: Layout) -> bool:
@@ -738,7 +753,14 @@ def cmd_up(args: argparse.Namespace) -> int:
             log(f"cleaning up a stale testbed {want.name}")
             teardown(old or want)
         started = time.monotonic()
-        bring_up(want)
+        try:
+            bring_up(want)
+        except (TestbedError, OSError, subprocess.SubprocessError) as e:
+            diagnostics(want)
+            if not args.keep:
+                log("tearing the failed testbed down (use --keep to keep it for a look)")
+                teardown(want)
+            raise TestbedError(f"up failed: {e}") from e
         log(f"testbed {want.name} up: {len(want.nodes)} nodes in {time.monotonic() - started:.1f}s; "
             f"ssh -F {want.ssh_config} gpu01")
     print(want.desired_state)
@@ -769,6 +791,18 @@ def bring_up(layout: Layout) -> None:
     trace("ready")
 
 
+def diagnostics(layout: Layout) -> None:
+    """Print what the nodes' consoles and Slurm logs say, for a failed up."""
+    for node in layout.nodes:
+        lines = []
+        for log_file in ("console.log", "root/var/log/supervisor/supervisord.log"):
+            path = layout.node_dir(node) / log_file
+            with contextlib.suppress(OSError):
+                lines += path.read_text(errors="replace").splitlines()[-5:]
+        if not node_alive(layout, node) or any("rror" in line for line in lines):
+            log(f"{node}: " + ("\n    ".join(["", *lines]) if lines else "no log"))
+
+
 def write_desired_state(layout: Layout) -> None:
     """Write the testbed's desired-state directory (see desired_state.py)."""
     desired_state.write(layout, cpus=NODE_CPUS, memory_mb=NODE_MEMORY_MB, gpus=GPUS_PER_NODE)
@@ -778,7 +812,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     """Tear a testbed down completely."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root")
-    with locked(args.name):
+    with locked(args.name, remove=True):
         layout = Layout.load(args.name) or Layout(name=args.name)
         started = time.monotonic()
         teardown(layout)
@@ -818,27 +852,24 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    """Run a command inside a node through nsenter (no SSH)."""
+    """Exec a command inside a node through nsenter (no SSH); the words are joined and run by sh -c."""
     layout = Layout.load(args.name)
     if not layout or not node_alive(layout, args.node):
         raise TestbedError(f"node {args.node} of testbed {args.name} is not up")
-    proc = nsenter(layout, args.node, " ".join(args.argv), timeout=3600)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    return proc.returncode
+    os.execvp("nsenter", nsenter_argv(layout, args.node, " ".join(args.argv) or "exec bash -l"))
+    return 1
 
 
-POLICY_RC_D = ("#!/bin/sh\n# written by deploy/testbed: never start daemons on the host when installing packages\n"
-               "exit 101\n")
+POLICY_RC_D = "#!/bin/sh\n# written by deploy/testbed: start no daemon while installing packages\nexit 101\n"
 
 
 def cmd_deps(args: argparse.Namespace) -> int:
     """Install the Debian packages the testbed needs, with a policy-rc.d that stops daemons starting."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root")
-    up = [name for name in (p.name for p in BASE.iterdir() if p.is_dir()) if _is_up(name)] if BASE.is_dir() else []
+    up = [p.name for p in BASE.iterdir() if p.is_dir() and _is_up(p.name)] if BASE.is_dir() else []
     if up:
-        raise TestbedError(f"testbed(s) up: {', '.join(up)}; the host's / is their lower layer: run down first")
+        raise TestbedError(f"testbed(s) up: {', '.join(up)}; the host's / is their lower layer: down first")
     policy = Path("/usr/sbin/policy-rc.d")
     if not policy.exists() or "exit 101" not in policy.read_text():
         if policy.exists():
@@ -856,12 +887,13 @@ def cmd_deps(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """Command-line interface."""
-    p = argparse.ArgumentParser(prog="testbed", description="Local multi-node Slurm testbed (root, namespaces).")
+    p = argparse.ArgumentParser(prog="testbed", description="Local multi-node Slurm testbed (needs root)")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="bring a testbed up; prints its desired-state directory last")
     up.add_argument("--nodes", type=int, default=4, help="number of compute nodes gpu01..gpuNN (default 4)")
     up.add_argument("--bare", action="store_true", help="no slurm.conf, Slurm daemons not started")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets (default 10.250.0)")
+    up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
         sub.add_parser(name, help=helptext)
     ssh = sub.add_parser("ssh", help="ssh to a node: ssh NODE [CMD...]")

@@ -33,7 +33,7 @@ class CommandResult:
 
     @property
     def unreachable(self) -> bool:
-        """True when the command got no exit code: connect, auth or host key failure, or a timeout."""
+        """True when the command got no exit code: connect/auth/host key failure, timeout, lost session."""
         return self.error is not None
 
     def describe(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import select
 import shlex
+import threading
 import time
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ _POLL = 0.5
 
 @dataclass(frozen=True)
 class Outcome:
-    """What came back from one command: exit code (None when it timed out) and raw output."""
+    """What came back from one command: exit code (None: timed out or no exit status) and raw output."""
 
     exit_code: int | None
     stdout: bytes
@@ -51,12 +52,36 @@ def open_channel(transport: paramiko.Transport | None, timeout: float) -> parami
 
 def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None, timeout: float) -> Outcome:
     """Run `command` on an opened session channel, then close it; close it early at the deadline."""
+    deadline = time.monotonic() + timeout
     try:
         channel.settimeout(0.0)
-        channel.exec_command(command)
-        return _pump(channel, stdin or b"", time.monotonic() + timeout)
+        if not _exec(channel, command, timeout):
+            return Outcome(None, b"", b"", timed_out=True)
+        return _pump(channel, stdin or b"", deadline)
     finally:
         channel.close()
+
+
+def _exec(channel: paramiko.Channel, command: str, timeout: float) -> bool:
+    """Send the exec request; False when the server did not answer in time (paramiko would wait forever)."""
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        channel.close()
+
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        channel.exec_command(command)
+    except paramiko.SSHException:
+        if fired.is_set():
+            return False
+        raise
+    finally:
+        watchdog.cancel()
+    return not fired.is_set()
 
 
 def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
@@ -75,7 +100,8 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
         if not _finished(channel):
             _wait(channel, fd, min(remaining, 0.01 if pending else _POLL))
     _drain(channel, out, err)
-    return Outcome(channel.recv_exit_status(), bytes(out), bytes(err), timed_out=False)
+    code = channel.recv_exit_status()  # -1: no exit-status came (killed by a signal, or the session died)
+    return Outcome(code if code >= 0 else None, bytes(out), bytes(err), timed_out=False)
 
 
 def _finished(channel: paramiko.Channel) -> bool:

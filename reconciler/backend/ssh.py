@@ -110,7 +110,11 @@ class SSHTransport(BaseTransport):
             return CommandResult(node.name, None, "", "", time.monotonic() - start, error=str(exc))
         stdout = outcome.stdout.decode("utf-8", errors="replace")
         stderr = outcome.stderr.decode("utf-8", errors="replace")
-        error = f"command timed out after {limit:g}s" if outcome.timed_out else None
+        error = None
+        if outcome.timed_out:
+            error = f"command timed out after {limit:g}s"
+        elif outcome.exit_code is None:
+            error = "no exit status: the command was killed by a signal or its session ended"
         return CommandResult(node.name, outcome.exit_code, stdout, stderr, time.monotonic() - start, error)
 
     def close(self) -> None:
