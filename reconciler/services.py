@@ -1,23 +1,25 @@
-"""Service managers: the commands that restart a service or ask whether it runs."""
+"""Service managers: the commands that start or restart a service or ask whether it runs."""
 
 from __future__ import annotations
 
 import shlex
+from typing import Literal
 
 from reconciler.facts import parsers
 from reconciler.facts.models import ServiceFact
 from reconciler.model import ServiceManager
 
 
-def restart_command(manager: ServiceManager, service: str) -> str:
-    """The command that restarts a service under this manager."""
+def control_command(manager: ServiceManager, action: Literal["start", "restart"], service: str) -> str:
+    """The command that starts or restarts a service under this manager."""
     quoted = shlex.quote(service)
     if manager.type == "systemd":
-        return f"systemctl restart {quoted}"
+        return f"systemctl {action} {quoted}"
     if manager.type == "supervisord":
-        return f"supervisorctl restart {quoted}"
-    assert manager.restart is not None
-    return manager.restart.replace("{service}", quoted)
+        return f"supervisorctl {action} {quoted}"
+    template = manager.start if action == "start" else manager.restart
+    assert template is not None
+    return template.replace("{service}", quoted)
 
 
 def status_command(manager: ServiceManager, services: list[str]) -> str:
@@ -40,13 +42,3 @@ def parse_status(manager: ServiceManager, services: list[str], output: str) -> d
         found = parsers.parse_custom_status(output)
     return {s: found.get(s, ServiceFact(name=s, running=False, detail="not found")) for s in services}
 
-
-def start_command(manager: ServiceManager, service: str) -> str:
-    """The command that starts a stopped service under this manager."""
-    quoted = shlex.quote(service)
-    if manager.type == "systemd":
-        return f"systemctl start {quoted}"
-    if manager.type == "supervisord":
-        return f"supervisorctl start {quoted}"
-    assert manager.start is not None
-    return manager.start.replace("{service}", quoted)

@@ -15,8 +15,8 @@ from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
-from reconciler.facts.parsers import parse_scontrol_nodes, parse_squeue
-from reconciler.services import restart_command, start_command
+from reconciler.facts.parsers import SQUEUE_FORMAT, parse_scontrol_nodes, parse_squeue
+from reconciler.services import control_command
 
 SLURM_PHASE = 30
 
@@ -143,9 +143,9 @@ class Applier:
         if actions.restart_slurmctld:
             running = ctl_facts is not None and ctl_facts.services.get("slurmctld") is not None \
                 and ctl_facts.services["slurmctld"].running
-            cmd = (restart_command if running else start_command)(ctl_spec.service_manager, "slurmctld")
+            cmd = control_command(ctl_spec.service_manager, "restart" if running else "start", "slurmctld")
             self._step(ctl_spec.name, cmd, "restart slurmctld" if running else "start slurmctld")
-            self._wait(lambda: self._ctl("scontrol ping")[0] and "UP" in self._ctl("scontrol ping")[1],
+            self._wait(lambda: _ping_up(*self._ctl("scontrol ping")),
                        self.options.responding_timeout)
         elif actions.reconfigure:
             self._step(ctl_spec.name, "scontrol reconfigure", "scontrol reconfigure")
@@ -166,17 +166,18 @@ class Applier:
             self.log(f"{host}: {label}")
         return ok
 
-    def _view(self, node: str) -> tuple[str, str | None, int]:
+    def _node_state(self, node: str) -> str:
         ok, out = self._ctl(f"scontrol show node -o {shlex.quote(node)}")
-        facts = parse_scontrol_nodes(out) if ok else {}
-        fact = facts.get(node)
-        _, jobs_out = self._ctl(f"squeue -h -w {shlex.quote(node)} -t RUNNING,COMPLETING,CONFIGURING "
-                                f"-o '%A|%T|%N|%u|%j'")
-        return (fact.state if fact else "UNKNOWN", fact.reason if fact else None, len(parse_squeue(jobs_out)))
+        fact = parse_scontrol_nodes(out).get(node) if ok else None
+        return fact.state if fact else "UNKNOWN"
+
+    def _job_count(self, node: str) -> int:
+        _, out = self._ctl(f"squeue -h -w {shlex.quote(node)} -t RUNNING,COMPLETING,CONFIGURING -o '{SQUEUE_FORMAT}'")
+        return len(parse_squeue(out))
 
     def _restart_slurmd(self, node: str, has_jobs: bool) -> None:
         spec = self.ctx.specs[node]
-        state, reason, jobs = self._view(node)
+        state, jobs = self._node_state(node), self._job_count(node)
         drained_by_us = False
         if jobs or has_jobs:
             if "DRAIN" not in state:
@@ -184,16 +185,16 @@ class Applier:
                     return
                 drained_by_us = True
             self.log(f"{node}: waiting for running jobs to finish before restarting slurmd")
-            if not self._wait(lambda: self._view(node)[2] == 0, self.options.drain_timeout):
+            if not self._wait(lambda: self._job_count(node) == 0, self.options.drain_timeout):
                 self.result.fail(node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
                                        "slurmd not restarted (node left drained)")
                 return
         facts = self.ctx.facts.nodes.get(node)
         running = bool(facts and facts.services.get("slurmd") and facts.services["slurmd"].running)
-        cmd = (restart_command if running else start_command)(spec.service_manager, "slurmd")
+        cmd = control_command(spec.service_manager, "restart" if running else "start", "slurmd")
         if not self._step(node, cmd, "restart slurmd" if running else "start slurmd"):
             return
-        if not self._wait(lambda: _responding(self._view(node)[0]), self.options.responding_timeout):
+        if not self._wait(lambda: _responding(self._node_state(node)), self.options.responding_timeout):
             self.result.fail(node, f"slurmd on {node} not responding to slurmctld after restart")
             return
         if drained_by_us:
@@ -206,6 +207,10 @@ class Applier:
                 return True
             time.sleep(self.options.poll_interval)
         return condition()
+
+
+def _ping_up(ok: bool, output: str) -> bool:
+    return ok and "UP" in output
 
 
 def _responding(state: str) -> bool:

@@ -13,6 +13,7 @@ from reconciler.engine.context import Context
 from reconciler.facts import parsers
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
+from reconciler.inventory import slurm_node_set
 from reconciler.render.files import is_slurm_node
 from reconciler.services import parse_status, status_command
 
@@ -24,15 +25,9 @@ def services_for(ctx: Context, node: str) -> list[str]:
         names += ["munge", "slurmctld"]
     if is_slurm_node(ctx.state, node) and node not in ctx.state.cluster.controllers:
         names += ["munge"]
-    if node in _compute_nodes(ctx):
+    if node in slurm_node_set(ctx.state):
         names.append("slurmd")
     return list(dict.fromkeys(names))
-
-
-def _compute_nodes(ctx: Context) -> set[str]:
-    from reconciler.inventory import slurm_nodes
-
-    return set(slurm_nodes(ctx.state))
 
 
 def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactRequest:
