@@ -169,6 +169,17 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     sys.exit(0 if outcome.ok and not result.errors else 1)
 
 
+def _register_daemon() -> None:
+    """Attach the daemon commands (run, status, history)."""
+    from reconciler.daemon.cli import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_register_daemon()
+
+
 def _register_optional() -> None:
     """Attach command groups that live in other packages."""
     try:

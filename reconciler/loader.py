@@ -6,9 +6,9 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
@@ -17,6 +17,7 @@ from ruamel.yaml.error import MarkedYAMLError
 from reconciler.model import DesiredState
 
 KeyPath = tuple[str | int, ...]
+ModelT = TypeVar("ModelT", bound=BaseModel)
 MERGEABLE_LISTS = ("nodes", "images", "patches")
 _DUPLICATE_KEY = re.compile(r'found duplicate key "(.*)" with value')
 
@@ -316,3 +317,20 @@ def load_dir(root: str | Path, commit: str | None = None) -> LoadedState:
         raise DesiredStateError(errors)
     assert state is not None
     return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)
+
+
+def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
+    """Load one YAML file into a pydantic model; raise DesiredStateError with file:line for every error."""
+    path = Path(path)
+    errors: list[ConfigError] = []
+    if not path.is_file():
+        raise DesiredStateError([ConfigError(None, (), f"{path}: no such file")])
+    doc = _parse_file(path, str(path), errors)
+    if errors:
+        raise DesiredStateError(errors)
+    locations: dict[KeyPath, Location] = {}
+    _record(doc, str(path), (), locations)
+    try:
+        return model.model_validate(_to_plain(doc) if doc is not None else {})
+    except ValidationError as exc:
+        raise DesiredStateError(_pydantic_errors(exc, locations)) from None

@@ -185,7 +185,10 @@ class Applier:
                     return
                 drained_by_us = True
             self.log(f"{node}: waiting for running jobs to finish before restarting slurmd")
-            if not self._wait(lambda: self._job_count(node) == 0, self.options.drain_timeout):
+            if not self._wait(lambda: self._job_count(node) == 0, self.options.drain_timeout, stoppable=True):
+                if self.options.should_stop():
+                    self.result.stopped = f"stop requested while waiting for jobs on {node} (node left drained)"
+                    return
                 self.result.fail(node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
                                        "slurmd not restarted (node left drained)")
                 return
@@ -200,11 +203,13 @@ class Applier:
         if drained_by_us:
             self._step(self.ctx.controller, resume_command(node), f"resume {node}")
 
-    def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
+    def _wait(self, condition: Callable[[], bool], timeout: float, stoppable: bool = False) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition():
                 return True
+            if stoppable and self.options.should_stop():
+                return False
             time.sleep(self.options.poll_interval)
         return condition()
 

@@ -91,3 +91,21 @@ def _not_running(ctx: Context, actions: SlurmActions, compute: list[str], restar
         if service is not None and not service.running:
             restart.add(node)
             actions.reasons.append(f"slurmd is not running on {node}")
+
+
+def carry_over(ctx: Context, plan: Plan, pending: SlurmActions) -> None:
+    """Add Slurm actions an interrupted apply left undone (its files were written, its restarts were not)."""
+    if not pending.any:
+        return
+    compute = {n for n in slurm_nodes(ctx.state) if n in ctx.facts.nodes and ctx.facts.nodes[n].reachable}
+    actions = plan.slurm
+    actions.reconfigure |= pending.reconfigure
+    actions.restart_slurmctld |= pending.restart_slurmctld
+    carried = sorted((set(pending.restart_slurmd) & compute) - set(actions.restart_slurmd))
+    actions.restart_slurmd = sorted(set(actions.restart_slurmd) | set(carried))
+    if carried or pending.restart_slurmctld or pending.reconfigure:
+        actions.reasons.append("Slurm steps left undone by an interrupted apply")
+    for node in carried:
+        jobs = [j.job_id for j in ctx.facts.jobs_on(node)]
+        if jobs:
+            actions.drain_first[node] = jobs

@@ -1,0 +1,215 @@
+"""`reconciler run`, `reconciler status`, `reconciler history`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.loader import DesiredStateError
+
+DEFAULT_CONFIG = "/etc/reconciler/config.yaml"
+
+
+def _config_or_exit(path: str) -> DaemonConfig:
+    try:
+        return load_config(path)
+    except DesiredStateError as exc:
+        for error in exc.errors:
+            click.echo(f"error: {error}", err=True)
+        click.echo(f"{len(exc.errors)} error(s) in {path}", err=True)
+        sys.exit(1)
+
+
+@click.command()
+@click.option("--config", "config_path", default=None, help=f"Daemon config file (default {DEFAULT_CONFIG}).")
+@click.option("--watch", "watch_dir", default=None, type=click.Path(file_okay=False, exists=True),
+              help="Local mode: reconcile this directory on every change (no Git, no config needed).")
+@click.option("--mode", type=click.Choice(["enforce", "report"]), default=None,
+              help="Override the config's mode.")
+@click.option("--state-dir", default=None, help="Override the config's state directory.")
+@click.option("--metrics-listen", default=None, help="host:port for /metrics, or 'off'.")
+@click.option("--once", is_flag=True, help="Run one cycle and exit (exit 0 in sync/applied, 2 drift, 1 failure).")
+def run(config_path: str | None, watch_dir: str | None, mode: str | None, state_dir: str | None,
+        metrics_listen: str | None, once: bool) -> None:
+    """Run the GitOps daemon: follow the repository (or --watch DIR) and reconcile continuously."""
+    from reconciler.daemon.process import run_daemon
+
+    if watch_dir and not config_path:
+        data: dict[str, Any] = {"watch": str(Path(watch_dir).resolve()), "mode": mode or "enforce",
+                                "state_dir": state_dir or str(Path(watch_dir).resolve().parent / ".reconciler-state"),
+                                "metrics_listen": None}
+        config = DaemonConfig.model_validate(data)
+        path = None
+    else:
+        path = Path(config_path or DEFAULT_CONFIG)
+        config = _config_or_exit(str(path))
+        update: dict[str, Any] = {}
+        if watch_dir:
+            update |= {"watch": str(Path(watch_dir).resolve()), "repository": None, "signing": None}
+        if mode:
+            update["mode"] = mode
+        if state_dir:
+            update["state_dir"] = state_dir
+        config = DaemonConfig.model_validate({**config.model_dump(), **update})
+    if metrics_listen:
+        config = config.model_copy(update={"metrics_listen": None if metrics_listen == "off" else metrics_listen})
+    if once:
+        sys.exit(_run_once(config, path))
+    sys.exit(run_daemon(config, path))
+
+
+def _run_once(config: DaemonConfig, path: Path | None) -> int:
+    import threading
+
+    from reconciler.daemon import logs
+    from reconciler.daemon.loop import Reconciler
+    from reconciler.daemon.metrics import Metrics
+    from reconciler.daemon.process import LockedError, acquire_lock
+    from reconciler.daemon.store import Store
+
+    logs.configure(config.log_format)
+    try:
+        lock = acquire_lock(config.state_path)
+    except LockedError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 3
+    store = Store(config.state_path / "state.db")
+    try:
+        store.close_interrupted_runs()
+        reconciler = Reconciler(config, store, Metrics(), threading.Event(),
+                                config_dir=path.parent if path else Path.cwd())
+        outcome = reconciler.cycle("once", force=True)
+    finally:
+        store.close()
+        lock.close()
+    return {"applied": 0, "in-sync": 0, "drift": 2}.get(outcome or "", 1)
+
+
+def _state_dir(config_path: str | None, state_dir: str | None) -> Path:
+    if state_dir:
+        return Path(state_dir)
+    return _config_or_exit(config_path or DEFAULT_CONFIG).state_path
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    ago = time.time() - ts
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return f"{stamp} ({ago:.0f}s ago)" if ago < 3600 else stamp
+
+
+STATE_OPTIONS = [
+    click.option("--config", "config_path", default=None, help=f"Daemon config (default {DEFAULT_CONFIG})."),
+    click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config)."),
+    click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"),
+]
+
+
+def _state_options(func: Any) -> Any:
+    for option in reversed(STATE_OPTIONS):
+        func = option(func)
+    return func
+
+
+def status_data(state_dir: Path) -> dict[str, Any]:
+    """Everything `reconciler status` shows, as a dict."""
+    from reconciler.daemon.store import Store
+
+    if not (state_dir / "state.db").exists():
+        raise click.ClickException(f"no daemon state in {state_dir} (has `reconciler run` started?)")
+    store = Store(state_dir / "state.db")
+    try:
+        last = store.last_run()
+        data: dict[str, Any] = {
+            "applied_commit": store.get("applied_commit"),
+            "applied_at": store.get("applied_at"),
+            "head": store.get("head_status") or {},
+            "source_error": store.get("source_error"),
+            "last_run": last.__dict__ if last else None,
+            "drift": [d.__dict__ for d in store.current_drift()],
+            "failing_checks": _failing_checks(store),
+        }
+    finally:
+        store.close()
+    return data
+
+
+def _failing_checks(store: Any) -> list[dict[str, Any]]:
+    try:
+        from checks import store as check_store
+    except ImportError:
+        return []
+    out = []
+    for result in check_store.latest(store.conn):
+        if not result.ok:
+            out.append({"check": result.check, "node": result.node, "message": result.message})
+    return out
+
+
+@click.command()
+@_state_options
+def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
+    """Show the applied commit, the newest commit and its validity, the last run, drift and failing checks."""
+    data = status_data(_state_dir(config_path, state_dir))
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    head = data["head"]
+    click.echo(f"applied commit: {(data['applied_commit'] or '-')[:12]}  at {_when(data['applied_at'])}")
+    if head:
+        click.echo(f"newest commit:  {head['commit'][:12]}  {head['status']}")
+        for error in head.get("errors", []):
+            click.echo(f"  error: {error}")
+    if data["source_error"]:
+        click.echo(f"source: unreachable since {_when(data['source_error']['at'])}: {data['source_error']['error']}")
+    last = data["last_run"]
+    if last:
+        click.echo(f"last run:       {last['outcome']}  {_when(last['started'])}  commit {(last['commit'] or '-')[:12]}"
+                   f"  {last['changes']} change(s), {last['applied']} applied")
+        if last["error"]:
+            click.echo(f"  {last['error']}")
+    drift = data["drift"]
+    click.echo(f"drift:          {len(drift)} resource(s)" + (":" if drift else ""))
+    for item in drift:
+        kind = "pending commit" if item["pending_commit"] else "drift"
+        click.echo(f"  {item['node']}  {item['driver']}  {item['action']}  {item['summary']}  ({kind})")
+    checks = data["failing_checks"]
+    click.echo(f"failing checks: {len(checks)}" + (":" if checks else ""))
+    for check in checks:
+        click.echo(f"  {check['node']}  {check['check']}: {check['message']}")
+
+
+@click.command()
+@_state_options
+@click.option("-n", "limit", type=int, default=20, show_default=True, help="How many runs.")
+def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int) -> None:
+    """List the most recent reconcile runs."""
+    from reconciler.daemon.store import Store
+
+    path = _state_dir(config_path, state_dir) / "state.db"
+    if not path.exists():
+        raise click.ClickException(f"no daemon state at {path}")
+    store = Store(path)
+    try:
+        runs = store.runs(limit)
+    finally:
+        store.close()
+    if fmt == "json":
+        click.echo(json.dumps([r.__dict__ for r in runs], indent=2))
+        return
+    click.echo(f"{'started':19}  {'secs':>6}  {'trigger':11}  {'mode':7}  {'commit':12}  {'outcome':11}  changes")
+    for r in runs:
+        secs = f"{r.ended - r.started:.1f}" if r.ended else "-"
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
+        click.echo(f"{stamp}  {secs:>6}  {r.trigger:11}  {r.mode:7}  {(r.commit or '-')[:12]:12}  {r.outcome:11}  "
+                   f"{r.applied}/{r.changes}" + (f"  {r.error.splitlines()[0][:100]}" if r.error else ""))
+
+
+COMMANDS = [run, status, history]

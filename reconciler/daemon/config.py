@@ -1,0 +1,143 @@
+"""The daemon's configuration file (`/etc/reconciler/config.yaml`), validated like the desired state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from reconciler.loader import load_yaml_model
+from reconciler.model import Strict, parse_duration
+
+
+def _duration(value: str | int) -> str | int:
+    parse_duration(value)
+    return value
+
+
+class RepositoryConfig(Strict):
+    """Where the desired state lives."""
+
+    url: str = Field(description="Anything `git clone` accepts: https://, ssh://, git@host:path, a local path")
+    branch: str = "main"
+    subdir: str = Field(default="", description="Directory of the desired state inside the repo")
+
+    @field_validator("subdir")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in Path(value).parts:
+            raise ValueError("subdir must be a relative path inside the repository")
+        return value.strip("/")
+
+
+class SigningPolicy(Strict):
+    """Only apply commits signed by an allowed key (like Flux's `verify` and `ansible-pull --verify-commit`)."""
+
+    format: Literal["ssh", "gpg"]
+    allowed_signers: str | None = Field(default=None, description="ssh: an allowed_signers file")
+    gnupg_home: str | None = Field(default=None, description="gpg: a GNUPGHOME holding the trusted public keys")
+    allowed_keys: list[str] = Field(default_factory=list, description="gpg: allowed key fingerprints (empty: any "
+                                    "key in gnupg_home)")
+
+    @model_validator(mode="after")
+    def _complete(self) -> SigningPolicy:
+        if self.format == "ssh" and not self.allowed_signers:
+            raise ValueError("format ssh needs allowed_signers")
+        if self.format == "gpg" and not self.gnupg_home:
+            raise ValueError("format gpg needs gnupg_home")
+        return self
+
+
+class SSHOverrides(Strict):
+    """SSH settings of the login node that win over the desired state's `ssh:` section."""
+
+    config: str | None = None
+    known_hosts: str | None = None
+    identity_file: str | None = None
+    user: str | None = None
+    forks: int | None = Field(default=None, ge=1)
+
+
+class RetryPolicy(Strict):
+    """Backoff for a failed apply of the same commit (a newer commit is tried at once)."""
+
+    initial: str | int = "30s"
+    max: str | int = "15m"
+
+    _durations = field_validator("initial", "max")(lambda cls, v: _duration(v))
+
+
+class ForgeConfig(Strict):
+    """Where pull requests live, for drift comments."""
+
+    type: Literal["github", "gitlab", "gitea"] = "github"
+    url: str = Field(description="API base URL, e.g. https://api.github.com")
+    repo: str = Field(description="owner/name (GitLab: the project path)")
+    token_env: str | None = None
+    token_file: str | None = None
+    interval: str | int = "2m"
+
+    _interval = field_validator("interval")(lambda cls, v: _duration(v))
+
+    @model_validator(mode="after")
+    def _token(self) -> ForgeConfig:
+        if not self.token_env and not self.token_file:
+            raise ValueError("a forge needs token_env or token_file")
+        return self
+
+
+class DaemonConfig(Strict):
+    """Everything `reconciler run` needs."""
+
+    repository: RepositoryConfig | None = None
+    watch: str | None = Field(default=None, description="Local mode: a directory to watch instead of a repository")
+    mode: Literal["enforce", "report"] = "report"
+    poll_interval: str | int = "1m"
+    drift_interval: str | int = "5m"
+    debounce: float = Field(default=1.0, ge=0, description="Local mode: seconds of quiet before reconciling")
+    state_dir: str = "/var/lib/reconciler"
+    metrics_listen: str | None = Field(default="127.0.0.1:9464", description="host:port, or null for none")
+    log_format: Literal["auto", "json", "console"] = "auto"
+    ssh: SSHOverrides = Field(default_factory=SSHOverrides)
+    signing: SigningPolicy | None = None
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    forge: ForgeConfig | None = None
+    checks_after_apply: bool = True
+    max_unavailable: int = Field(default=1, ge=1)
+    max_fail_percent: float = Field(default=50.0, ge=0, le=100)
+    drain_timeout: str | int = "1h"
+
+    _durations = field_validator("poll_interval", "drift_interval", "drain_timeout")(lambda cls, v: _duration(v))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DaemonConfig:
+        if (self.repository is None) == (self.watch is None):
+            raise ValueError("give exactly one of repository (Git mode) or watch (local mode)")
+        if self.signing and self.watch:
+            raise ValueError("signing needs a repository, not a watched directory")
+        return self
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(f"metrics_listen must be host:port, got {value!r}")
+        return value
+
+    def seconds(self, name: str) -> int:
+        """A duration field in seconds."""
+        return parse_duration(getattr(self, name))
+
+    @property
+    def state_path(self) -> Path:
+        """The state directory as a Path."""
+        return Path(self.state_dir)
+
+
+def load_config(path: str | Path) -> DaemonConfig:
+    """Load and validate a daemon config file; raise DesiredStateError with file:line on errors."""
+    return load_yaml_model(path, DaemonConfig)

@@ -1,0 +1,351 @@
+"""The reconcile loop: pick the newest valid commit, plan it against the live cluster, apply or report."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.store import Store
+from reconciler.engine.apply import ApplyOptions, ApplyResult
+from reconciler.engine.plan import Plan, SlurmActions
+from reconciler.engine.planner import carry_over
+from reconciler.engine.run import Reconcile, open_reconcile
+from reconciler.inventory import node_specs
+from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
+from reconciler.model import SSHDefaults
+
+PENDING_SLURM = "pending_slurm"
+
+
+@dataclass
+class Target:
+    """What a cycle reconciles: a commit (or local content hash) and its loaded desired state."""
+
+    commit: str
+    subject: str | None
+    loaded: LoadedState
+
+
+@dataclass
+class LoopState:
+    """What the loop remembers between cycles (mirrored into the store)."""
+
+    seen_head: str | None = None
+    good: str | None = None
+    applied: str | None = None
+    last_reconcile: float = 0.0
+    failures: int = 0
+    retry_at: float = 0.0
+    failed_commit: str | None = None
+    ran_checks_for: set[str] = field(default_factory=set)
+
+
+class Reconciler:
+    """One daemon's reconcile logic; `cycle()` is called by the process loop."""
+
+    def __init__(self, config: DaemonConfig, store: Store, metrics: Metrics, stop: Any,
+                 config_dir: Path | None = None) -> None:
+        self.config, self.store, self.metrics, self.stop = config, store, metrics, stop
+        self.config_dir = config_dir or Path.cwd()
+        self.log = structlog.get_logger("reconciler")
+        self.source = (GitSource(config.repository, config.state_path / "repo", config.signing)
+                       if config.repository else None)
+        self.state = LoopState(good=store.get("good_commit"), applied=store.get("applied_commit"),
+                               seen_head=store.get("seen_head"))
+
+    # ------------------------------------------------------------ what to reconcile
+
+    def due(self, now: float) -> bool:
+        """True when the drift interval or a retry says a reconcile is due even without a new commit."""
+        if self.state.retry_at and now >= self.state.retry_at:
+            return True
+        return now - self.state.last_reconcile >= self.config.seconds("drift_interval")
+
+    def next_wake(self, now: float) -> float:
+        """Seconds until the next drift check or retry."""
+        times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
+        if self.state.retry_at:
+            times.append(self.state.retry_at)
+        return max(0.0, min(times) - now)
+
+    def _resolve_git(self) -> tuple[Target | None, bool]:
+        """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
+        assert self.source is not None
+        fetched = self.source.fetch()
+        if fetched.error:
+            self.log.warning("source.fetch_failed", error=fetched.error, keeping=self.state.good)
+            self.store.set("source_error", {"error": fetched.error, "at": time.time()})
+        else:
+            self.store.set("source_error", None)
+        head = fetched.head
+        if head is None:
+            return None, False
+        self.metrics.set_commit(self.metrics.head_commit, head, self.source.subject(head))
+        good_before = self.state.good
+        if head != self.state.seen_head:
+            self._consider(head)
+        new = self.state.good != good_before  # a new head that fails validation changes nothing
+        if self.state.good is None:
+            return None, new
+        directory = self.source.checkout(self.state.good)
+        return self._load_target(self.state.good, self.source.subject(self.state.good), directory), new
+
+    def _consider(self, head: str) -> None:
+        """Verify and validate a new branch head; it becomes the good commit only when both pass."""
+        assert self.source is not None
+        self.state.seen_head = head
+        self.store.set("seen_head", head)
+        subject = self.source.subject(head)
+        run_id = _run_id()
+        unsigned = self.source.verify(head)
+        if unsigned:
+            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
+            self.store.finish_run(run_id, "unverified", error=unsigned)
+            self.store.set("head_status", {"commit": head, "status": "unverified", "errors": [unsigned]})
+            self.metrics.source_ok.set(0)
+            self.metrics.runs.labels(outcome="unverified").inc()
+            self.log.error("commit.unverified", commit=head, error=unsigned, keeping=self.state.good)
+            return
+        directory = self.source.checkout(head)
+        try:
+            load_dir(directory, commit=head)
+        except DesiredStateError as exc:
+            errors = [str(e) for e in exc.errors]
+            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
+            self.store.finish_run(run_id, "invalid", error="\n".join(errors))
+            self.store.set("head_status", {"commit": head, "status": "invalid", "errors": errors})
+            self.metrics.source_ok.set(0)
+            self.metrics.runs.labels(outcome="invalid").inc()
+            self.log.error("commit.invalid", commit=head, errors=errors, keeping=self.state.good)
+            return
+        self.store.set("head_status", {"commit": head, "status": "valid", "errors": []})
+        self.metrics.source_ok.set(1)
+        self.state.good = head
+        self.store.set("good_commit", head)
+        self.log.info("commit.valid", commit=head, subject=subject)
+
+    def _resolve_local(self, directory: Path) -> tuple[Target | None, bool]:
+        """Local mode: the directory's YAML content is the 'commit'."""
+        digest = _content_hash(directory)
+        new = digest != self.state.seen_head
+        if new:
+            self.state.seen_head = digest
+            self.store.set("seen_head", digest)
+            try:
+                load_dir(directory)
+            except DesiredStateError as exc:
+                errors = [str(e) for e in exc.errors]
+                run_id = _run_id()
+                self.store.start_run(run_id, "watch", self.config.mode, digest, None)
+                self.store.finish_run(run_id, "invalid", error="\n".join(errors))
+                self.store.set("head_status", {"commit": digest, "status": "invalid", "errors": errors})
+                self.metrics.source_ok.set(0)
+                self.log.error("local.invalid", commit=digest, errors=errors)
+                return None, new
+            self.store.set("head_status", {"commit": digest, "status": "valid", "errors": []})
+            self.metrics.source_ok.set(1)
+            self.state.good = digest
+            self.store.set("good_commit", digest)
+        if self.state.good != digest:
+            return None, new
+        return self._load_target(digest, None, directory), new
+
+    def _load_target(self, commit: str, subject: str | None, directory: Path) -> Target | None:
+        try:
+            loaded = load_dir(directory, commit=None if commit.startswith("local:") else commit)
+        except DesiredStateError as exc:  # the good commit no longer loads (e.g. a file outside Git changed)
+            self.log.error("target.invalid", commit=commit, errors=[str(e) for e in exc.errors])
+            return None
+        loaded.state = self._with_ssh_overrides(loaded.state)
+        return Target(commit=commit, subject=subject, loaded=loaded)
+
+    def _with_ssh_overrides(self, state: Any) -> Any:
+        overrides = self.config.ssh.model_dump(exclude_none=True)
+        if not overrides:
+            return state
+        for key in ("config", "known_hosts", "identity_file"):
+            if key in overrides:
+                overrides[key] = str((self.config_dir / overrides[key]).resolve())
+        ssh = SSHDefaults.model_validate({**state.ssh.model_dump(), **overrides})
+        return state.model_copy(update={"ssh": ssh})
+
+    # ------------------------------------------------------------ one cycle
+
+    def cycle(self, trigger: str, force: bool = False) -> str | None:
+        """Resolve the target and reconcile it when new, due or forced; return the run's outcome (or None)."""
+        if self.source is not None:
+            target, new = self._resolve_git()
+        else:
+            assert self.config.watch is not None
+            target, new = self._resolve_local(Path(self.config.watch))
+        if target is None:
+            self.log.warning("cycle.no_target", reason="no valid desired state yet")
+            return None
+        now = time.time()
+        pending = target.commit != self.state.applied
+        if not (force or new or pending and not self.state.retry_at or self.due(now)):
+            return None
+        if self.state.retry_at and now < self.state.retry_at and target.commit == self.state.failed_commit \
+                and not (force or new):
+            return None
+        return self.reconcile(target, trigger)
+
+    def reconcile(self, target: Target, trigger: str) -> str:
+        """Gather, plan, and apply (enforce) or report (report mode); record everything."""
+        run_id = _run_id()
+        log = self.log.bind(run_id=run_id, commit=target.commit[:12])
+        structlog.contextvars.bind_contextvars(run_id=run_id, commit=target.commit[:12])
+        started = time.time()
+        self.store.start_run(run_id, trigger, self.config.mode, target.commit, target.subject)
+        log.info("run.start", trigger=trigger, mode=self.config.mode, subject=target.subject)
+        outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
+        run: Reconcile | None = None
+        try:
+            run = open_reconcile(target.loaded, forks=self.config.ssh.forks)
+            run.gather()
+            plan = run.plan()
+            pending_steps = SlurmActions.model_validate(self.store.get(PENDING_SLURM) or {})
+            carry_over(run.ctx, plan, pending_steps)
+            is_drift = target.commit == self.state.applied
+            for change in plan.changing():
+                change.drift = is_drift
+            self._report_plan(plan, log, is_drift, run_id, target)
+            changes, nodes = len(plan.changing()), len(plan.nodes_changing())
+            error = _plan_problems(plan)
+            if self.config.mode == "report" or not plan.has_changes:
+                outcome = "drift" if plan.has_changes else ("partial" if error else "in-sync")
+                if not plan.has_changes and not error:
+                    self._mark_applied(target)
+            else:
+                result = self._apply(run, plan, log)
+                applied = len(result.applied)
+                self.store.mark_healed(result.applied)
+                done = {id(c) for c in result.applied}
+                left = [c for c in plan.changing() if id(c) not in done]
+                self.metrics.set_drift(left, sorted(node_specs(target.loaded.state)),
+                                       sorted({c.driver for c in plan.changes} - {"ssh"}))
+                outcome, error = self._apply_outcome(result, plan, error)
+                if outcome == "applied":
+                    self._mark_applied(target)
+                    self.store.set(PENDING_SLURM, None)
+            self._after_outcome(outcome, target.commit)
+        except Exception as exc:  # noqa: BLE001 - one bad run must never kill the daemon
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("run.error", error=error)
+            self._after_outcome("error", target.commit)
+        finally:
+            if run is not None:
+                run.close()
+            structlog.contextvars.unbind_contextvars("run_id", "commit")
+        duration = time.time() - started
+        self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
+        self.metrics.duration.labels(mode=self.config.mode).observe(duration)
+        self.metrics.runs.labels(outcome=outcome).inc()
+        self.metrics.last_run.set(time.time())
+        if outcome in ("applied", "in-sync", "drift"):
+            self.metrics.last_success.set(time.time())
+        self.state.last_reconcile = time.time()
+        log.info("run.end", outcome=outcome, changes=changes, applied=applied, seconds=round(duration, 2),
+                 error=error)
+        return outcome
+
+    def _report_plan(self, plan: Plan, log: Any, is_drift: bool, run_id: str, target: Target) -> None:
+        changing = plan.changing()
+        for change in changing:
+            log.info("drift.detected" if is_drift else "change.pending", node=change.node, driver=change.driver,
+                     resource=change.resource, action=change.action, summary=change.summary)
+        for node, why in plan.unreachable.items():
+            log.warning("node.unreachable", node=node, error=why)
+        self.store.record_drift(run_id, target.commit, changing, pending_commit=not is_drift)
+        names = sorted(node_specs(target.loaded.state))
+        drivers = sorted({c.driver for c in plan.changes} - {"ssh"})
+        self.metrics.set_drift(changing, names, drivers)
+        self.metrics.unreachable.set(len(plan.unreachable))
+
+    def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
+        if plan.slurm.any:
+            # Journal the Slurm steps first: a crash after the files are written must still restart the daemons.
+            self.store.set(PENDING_SLURM, plan.slurm.model_dump())
+        options = ApplyOptions(max_unavailable=self.config.max_unavailable,
+                               max_fail_percent=self.config.max_fail_percent,
+                               drain_timeout=float(self.config.seconds("drain_timeout")),
+                               should_stop=self.stop.is_set)
+        return run.apply(plan, options, log=lambda line: log.info("apply.step", **_step_fields(line)))
+
+    def _apply_outcome(self, result: ApplyResult, plan: Plan, error: str | None) -> tuple[str, str | None]:
+        problems = [f"{node}: {m}" for node, ms in sorted(result.failures.items()) for m in ms]
+        if result.stopped:
+            problems.append(result.stopped)
+        if error:
+            problems.append(error)
+        if result.stopped and self.stop.is_set():
+            return "stopped", "; ".join(problems)
+        if result.failures or result.stopped:
+            return "failed", "; ".join(problems)
+        return ("partial", error) if error else ("applied", None)
+
+    def _after_outcome(self, outcome: str, commit: str) -> None:
+        """Backoff for failures of the same commit; a newer commit is tried at once."""
+        if outcome in ("failed", "error", "partial"):
+            if commit != self.state.failed_commit:
+                self.state.failures = 0
+            self.state.failures += 1
+            self.state.failed_commit = commit
+            delay = min(_backoff(self.config, self.state.failures), float(_seconds(self.config.retry.max)))
+            self.state.retry_at = time.time() + delay
+            self.log.warning("run.retry_scheduled", commit=commit, attempt=self.state.failures, in_seconds=delay)
+        elif outcome != "stopped":
+            self.state.failures, self.state.retry_at, self.state.failed_commit = 0, 0.0, None
+
+    def _mark_applied(self, target: Target) -> None:
+        self.state.applied = target.commit
+        self.store.set("applied_commit", target.commit)
+        self.store.set("applied_at", time.time())
+        self.metrics.set_commit(self.metrics.applied_commit, target.commit, target.subject)
+
+
+def _seconds(value: str | int) -> int:
+    from reconciler.model import parse_duration
+
+    return parse_duration(value)
+
+
+def _backoff(config: DaemonConfig, failures: int) -> float:
+    return float(_seconds(config.retry.initial) * 2 ** (failures - 1))
+
+
+def _plan_problems(plan: Plan) -> str | None:
+    problems = list(plan.errors) + [f"{n}: unreachable ({why})" for n, why in sorted(plan.unreachable.items())]
+    return "; ".join(problems) if problems else None
+
+
+def _step_fields(line: str) -> dict[str, str]:
+    """Split an applier line `node: what` into log fields."""
+    node, sep, what = line.partition(": ")
+    if sep and " " not in node:
+        return {"node": node, "step": what}
+    return {"step": line}
+
+
+def _run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _content_hash(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in yaml_files(directory):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0")
+        with contextlib.suppress(OSError):
+            digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return "local:" + digest.hexdigest()[:12]

@@ -1,0 +1,213 @@
+"""The daemon process: state-dir lock, signals (TERM/INT stop, HUP reload), metrics server, the wait loop."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import structlog
+
+from reconciler.daemon import logs
+from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.daemon.loop import Reconciler
+from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.store import Store
+from reconciler.loader import DesiredStateError
+
+STOP_DEADLINE = 25.0  # SIGTERM: the run in flight gets this long to finish its node operation, then we exit
+
+
+class LockedError(RuntimeError):
+    """Another daemon holds the state directory."""
+
+
+def acquire_lock(state_dir: Path) -> IO[str]:
+    """Take the state directory's exclusive lock (one daemon per state directory) or raise LockedError."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(state_dir / "lock", "a+")  # noqa: SIM115 - held for the life of the process
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise LockedError(f"{state_dir} is locked by another reconciler (pid {holder})") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+class Watcher:
+    """Local mode: watchdog events on the desired-state directory, debounced."""
+
+    def __init__(self, directory: Path, wake: threading.Event) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self.changed_at: float | None = None
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                path = str(event.src_path)
+                if "/.git/" in path or path.endswith((".swp", "~", ".tmp")):
+                    return
+                watcher.changed_at = time.monotonic()
+                wake.set()
+
+        self.observer = Observer()
+        self.observer.schedule(Handler(), str(directory), recursive=True)
+        self.observer.daemon = True
+        self.observer.start()
+
+    def quiet_for(self) -> float | None:
+        """Seconds since the last change, or None when nothing changed since the last reconcile."""
+        return None if self.changed_at is None else time.monotonic() - self.changed_at
+
+    def consume(self) -> None:
+        """Forget the pending change (it is being reconciled)."""
+        self.changed_at = None
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self.observer.stop()
+
+
+class Daemon:
+    """`reconciler run`: one reconciler per state directory until SIGTERM."""
+
+    def __init__(self, config: DaemonConfig, config_path: Path | None = None) -> None:
+        self.config, self.config_path = config, config_path
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.reload = False
+        self.log = structlog.get_logger("reconciler")
+
+    def _on_term(self, signum: int, _: FrameType | None) -> None:
+        if self.stop.is_set():
+            return
+        self.stop.set()
+        self.wake.set()
+        # Writes are atomic (temp file + rename), so a forced exit never leaves a partial file; the run in
+        # flight gets STOP_DEADLINE seconds to finish its node operation cleanly.
+        timer = threading.Timer(STOP_DEADLINE, lambda: os._exit(0))
+        timer.daemon = True
+        timer.start()
+
+    def _on_hup(self, signum: int, _: FrameType | None) -> None:
+        self.reload = True
+        self.wake.set()
+
+    def _reload(self, reconciler: Reconciler) -> None:
+        self.reload = False
+        if self.config_path is None:
+            self.log.info("config.reload_skipped", reason="no config file (command-line mode)")
+            return
+        try:
+            new = load_config(self.config_path)
+        except DesiredStateError as exc:
+            self.log.error("config.reload_failed", errors=[str(e) for e in exc.errors], keeping="old config")
+            return
+        if new.state_dir != self.config.state_dir:
+            self.log.error("config.reload_failed", errors=["state_dir cannot change without a restart"])
+            return
+        self.config = new
+        reconciler.config = new
+        if new.repository and reconciler.source is not None:
+            reconciler.source.cfg, reconciler.source.signing = new.repository, new.signing
+        self.log.info("config.reloaded", mode=new.mode, poll_interval=new.poll_interval)
+
+    def run(self) -> int:
+        """Run until stopped; return the exit status."""
+        try:
+            lock = acquire_lock(self.config.state_path)
+        except LockedError as exc:
+            self.log.error("daemon.locked", error=str(exc))
+            return 3
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        store = Store(self.config.state_path / "state.db")
+        interrupted = store.close_interrupted_runs()
+        metrics = Metrics()
+        server: Any = None
+        if self.config.metrics_listen:
+            server = metrics.serve(self.config.metrics_listen)
+        config_dir = self.config_path.parent if self.config_path else Path.cwd()
+        reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
+        self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
+                      source=self._source_text(), interrupted_runs=interrupted, metrics=self.config.metrics_listen)
+        watcher = Watcher(Path(self.config.watch), self.wake) if self.config.watch else None
+        try:
+            self._loop(reconciler, watcher)
+        finally:
+            if watcher:
+                watcher.stop()
+            if isinstance(server, tuple):
+                server[0].shutdown()
+            store.close()
+            lock.close()
+        self.log.info("daemon.stop")
+        return 0
+
+    def _source_text(self) -> str:
+        if self.config.repository:
+            from reconciler.daemon.git_source import redact
+
+            repo = self.config.repository
+            return f"{redact(repo.url)}#{repo.branch}" + (f":{repo.subdir}" if repo.subdir else "")
+        return f"watch {self.config.watch}"
+
+    def _loop(self, reconciler: Reconciler, watcher: Watcher | None) -> None:
+        first = True
+        next_poll = 0.0
+        while not self.stop.is_set():
+            if self.reload:
+                self._reload(reconciler)
+            now = time.monotonic()
+            trigger = None
+            if first:
+                trigger = "start"
+            elif watcher is not None:
+                quiet = watcher.quiet_for()
+                if quiet is not None and quiet >= self.config.debounce:
+                    trigger = "watch"
+            elif now >= next_poll:
+                trigger = "poll"
+            if trigger is None and reconciler.due(time.time()):
+                trigger = "drift-check"
+            if trigger is not None:
+                if watcher is not None and trigger in ("watch", "start"):
+                    watcher.consume()
+                if self.config.repository:
+                    next_poll = time.monotonic() + self.config.seconds("poll_interval")
+                reconciler.cycle(trigger, force=first)
+                first = False
+            if self.stop.is_set():
+                break
+            self.wake.clear()
+            self.wake.wait(self._sleep_for(reconciler, watcher, next_poll))
+
+    def _sleep_for(self, reconciler: Reconciler, watcher: Watcher | None, next_poll: float) -> float:
+        waits = [reconciler.next_wake(time.time())]
+        if self.config.repository:
+            waits.append(next_poll - time.monotonic())
+        if watcher is not None:
+            quiet = watcher.quiet_for()
+            if quiet is not None:
+                waits.append(self.config.debounce - quiet)
+        return max(0.05, min(waits))
+
+
+def run_daemon(config: DaemonConfig, config_path: Path | None) -> int:
+    """Configure logging and run the daemon."""
+    logs.configure(config.log_format)
+    return Daemon(config, config_path).run()

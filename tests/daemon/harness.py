@@ -1,0 +1,153 @@
+"""Helpers for the daemon tests: a Git remote with a work clone, and a `reconciler run` subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+GIT_ENV = {"GIT_AUTHOR_NAME": "admin", "GIT_AUTHOR_EMAIL": "admin@example.org", "GIT_COMMITTER_NAME": "admin",
+           "GIT_COMMITTER_EMAIL": "admin@example.org"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in a directory; return stdout."""
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **GIT_ENV})
+    assert out.returncode == 0, f"git {' '.join(args)}: {out.stderr}"
+    return out.stdout.strip()
+
+
+@dataclass
+class GitRemote:
+    """A bare repository (the 'server') and an admin's clone of it."""
+
+    bare: Path
+    work: Path
+
+    @classmethod
+    def create(cls, root: Path, files: Path) -> GitRemote:
+        """Make a bare repo whose first commit holds the files of `files` (a desired-state dir)."""
+        bare, work = root / "remote.git", root / "work"
+        git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+        git(root, "clone", "-q", str(bare), str(work))
+        for path in files.iterdir():
+            (work / path.name).write_bytes(path.read_bytes())
+        git(work, "checkout", "-q", "-b", "main")
+        git(work, "add", "-A")
+        git(work, "commit", "-qm", "initial desired state")
+        git(work, "push", "-q", "origin", "main")
+        return cls(bare, work)
+
+    def commit(self, message: str, edits: dict[str, Callable[[str], str]]) -> str:
+        """Edit files (name -> text transform), commit and push; return the new commit."""
+        for name, edit in edits.items():
+            path = self.work / name
+            path.write_text(edit(path.read_text() if path.exists() else ""))
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-qm", message)
+        git(self.work, "push", "-q", "origin", "main")
+        return self.head()
+
+    def head(self) -> str:
+        """The work clone's HEAD."""
+        return git(self.work, "rev-parse", "HEAD")
+
+
+@dataclass
+class DaemonProcess:
+    """`reconciler run --config CONFIG` as a real subprocess, logging JSON lines to a file."""
+
+    config: Path
+    state_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
+
+    def start(self) -> DaemonProcess:
+        """Start the daemon."""
+        self.log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "run", "--config", str(self.config),
+                                      *self.extra_args], cwd=REPO, stdout=self.log_handle, stderr=self.log_handle)
+        return self
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every JSON log line written so far."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(json.JSONDecodeError):
+                    out.append(json.loads(line))
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """`reconciler status --format json` (an empty status before the daemon created its database)."""
+        if not (self.state_dir / "state.db").exists():
+            return {"applied_commit": None, "head": {}, "drift": [], "last_run": None}
+        out = subprocess.run([sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(self.state_dir),
+                              "--format", "json"], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def wait_for(self, what: str, predicate: Callable[[], Any], timeout: float = 90.0) -> Any:
+        """Poll until predicate() is truthy; fail with the daemon's log tail otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            assert self.proc is None or self.proc.poll() is None, f"daemon exited: {self.log_tail()}"
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.log_tail()}")
+
+    def wait_applied(self, commit: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Wait until the daemon reports `commit` applied (or in sync)."""
+        return self.wait_for(f"commit {commit[:12]} applied",
+                             lambda: (s := self.status())["applied_commit"] == commit and s, timeout)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the daemon's log."""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to the daemon."""
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def stop(self, timeout: float = 40.0) -> float:
+        """SIGTERM and wait; return how long the exit took."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self.log_handle.close()
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL (a crash)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_handle.close()
+
+
+def write_config(path: Path, **values: Any) -> Path:
+    """Write a daemon config file (YAML is a superset of JSON)."""
+    path.write_text(json.dumps(values, indent=2) + "\n")
+    return path
