@@ -248,3 +248,39 @@ def test_watch_mode_reconciles_on_change_debounced(dbed: DaemonBed, tmp_path: Pa
         assert len(runs) == 1, runs
     finally:
         daemon.stop()
+
+
+EPILOG = """\
+  - name: epilog
+    path: /etc/slurm/epilog.sh
+    nodes: gpu[01-02]
+    mode: "0755"
+    validate: "sh -n %s"
+    content: |
+      #!/bin/sh
+      {body}
+"""
+
+
+def test_failed_apply_retried_with_backoff_newer_commit_supersedes(dbed: DaemonBed) -> None:
+    """A commit whose apply fails (file refused by its validate command) is retried with growing delays;
+    a newer fixing commit is applied at once."""
+    daemon = dbed.daemon(retry={"initial": "2s", "max": "8s"}, drift_interval="10m")
+    try:
+        daemon.wait_applied(dbed.remote.head())
+        broken = dbed.remote.commit("epilog with a syntax error",
+                                    {"patches.yaml": lambda t: t + EPILOG.format(body="if then fi")})
+        daemon.wait_for("three failed attempts", lambda: len([r for r in daemon.events() if r["event"] == "run.end"
+                                                              and r["commit"] == broken[:12]
+                                                              and r["outcome"] == "failed"]) >= 3, timeout=60)
+        ends = [e for e in daemon.events() if e["event"] == "run.retry_scheduled" and e["commit"] == broken]
+        assert [e["in_seconds"] for e in ends[:3]] == [2.0, 4.0, 8.0]
+        assert daemon.status()["applied_commit"] != broken
+        assert "No such file" in dbed.bed.exec("gpu01", "cat /etc/slurm/epilog.sh 2>&1", check=False).stdout
+        fixed = dbed.remote.commit("fix the epilog", {"patches.yaml": lambda t: t.replace("if then fi", "exit 0")})
+        committed = time.monotonic()
+        daemon.wait_applied(fixed, timeout=30)
+        assert time.monotonic() - committed < 8  # not held back by the backoff of the broken commit
+        assert "exit 0" in dbed.bed.exec("gpu01", "cat /etc/slurm/epilog.sh").stdout
+    finally:
+        daemon.stop()
