@@ -183,10 +183,12 @@ _register_daemon()
 def _register_optional() -> None:
     """Attach command groups that live in other packages."""
     try:
+        from checks.cli import check
         from checks.nccl.cli import nccl
     except ImportError:
         return
     main.add_command(nccl)
+    main.add_command(check)
 
 
 _register_optional()

@@ -381,9 +381,10 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
 
 
 def install_standins(upper: Path) -> None:
-    """Put the testbed-only mount.nfs and enroot stand-ins into a node (never on the host)."""
+    """Put the testbed-only mount.nfs, enroot and all_reduce_perf stand-ins into a node (never on the host)."""
     put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
     put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
+    put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
 

@@ -7,6 +7,7 @@ import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
-from reconciler.model import SSHDefaults
+from reconciler.model import DesiredState, SSHDefaults
 
 PENDING_SLURM = "pending_slurm"
+CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
 
 
 @dataclass
@@ -62,21 +64,40 @@ class Reconciler:
                        if config.repository else None)
         self.state = LoopState(good=store.get("good_commit"), applied=store.get("applied_commit"),
                                seen_head=store.get("seen_head"))
+        self.last_state: DesiredState | None = None
+        self.check_attempts: dict[str, datetime] = {}
 
     # ------------------------------------------------------------ what to reconcile
 
     def due(self, now: float) -> bool:
-        """True when the drift interval or a retry says a reconcile is due even without a new commit."""
+        """True when the drift interval, a retry or a health check says a reconcile is due without a new commit."""
         if self.state.retry_at and now >= self.state.retry_at:
+            return True
+        if self._due_checks():
             return True
         return now - self.state.last_reconcile >= self.config.seconds("drift_interval")
 
     def next_wake(self, now: float) -> float:
-        """Seconds until the next drift check or retry."""
+        """Seconds until the next drift check, retry, or (at most CHECK_POLL later) health-check look."""
         times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
         if self.state.retry_at:
             times.append(self.state.retry_at)
+        if self.last_state is not None and (self.last_state.checks.node or self.last_state.checks.nccl):
+            times.append(now + CHECK_POLL)
         return max(0.0, min(times) - now)
+
+    def _due_checks(self) -> list[str]:
+        """Health checks of the last reconciled state whose interval or schedule has come."""
+        if self.last_state is None or not (self.last_state.checks.node or self.last_state.checks.nccl):
+            return []
+        from checks import store as check_store
+        from checks.results import utcnow
+        from checks.schedule import due_checks
+
+        last = check_store.last_started(self.store.conn)
+        for name, when in self.check_attempts.items():  # a check that recorded nothing is not retried at once
+            last[name] = max(last.get(name, when), when)
+        return due_checks(self.last_state, last, utcnow())
 
     def _resolve_git(self) -> tuple[Target | None, bool]:
         """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
@@ -239,6 +260,11 @@ class Reconciler:
                     self._mark_applied(target)
                     self.store.set(PENDING_SLURM, None)
             self._after_outcome(outcome, target.commit)
+            self.last_state = target.loaded.state
+            applied_something = applied > 0 and outcome in ("applied", "partial")
+            names = None if applied_something and self.config.checks_after_apply else self._due_checks()
+            if names is None or names:
+                self._run_checks(run, target, names, "after-apply" if names is None else "schedule", log)
         except Exception as exc:  # noqa: BLE001 - one bad run must never kill the daemon
             error = f"{type(exc).__name__}: {exc}"
             log.exception("run.error", error=error)
@@ -271,6 +297,30 @@ class Reconciler:
         drivers = sorted({c.driver for c in plan.changes} - {"ssh"})
         self.metrics.set_drift(changing, names, drivers)
         self.metrics.unreachable.set(len(plan.unreachable))
+
+    def _run_checks(self, run: Reconcile, target: Target, names: list[str] | None, why: str, log: Any) -> None:
+        """Run health checks over the run's SSH connections; record, export, drain/resume as they decide."""
+        state = target.loaded.state
+        if not (state.checks.node or state.checks.nccl) or self.stop.is_set():
+            return
+        from checks.runner import run_checks
+
+        log.info("checks.start", reason=why, checks=names or "all")
+        now = datetime.now(UTC)
+        for name in names or [c.name for c in state.checks.node] + [c.name for c in state.checks.nccl]:
+            self.check_attempts[name] = now
+        try:
+            results = run_checks(target.loaded, run.transport, self.store.conn, names=names,
+                                 log=lambda line: log.info("check.step", **_step_fields(line)))
+        except Exception as exc:  # noqa: BLE001 - a broken check must not stop reconciling
+            log.exception("checks.error", error=f"{type(exc).__name__}: {exc}")
+            return
+        for result in results:
+            if result.skipped:
+                continue
+            self.metrics.record_check(result.check, result.node, result.ok, result.value, result.gpu_seconds)
+            (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
+                                                      ok=result.ok, message=result.message, busbw=result.value)
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
         if plan.slurm.any:

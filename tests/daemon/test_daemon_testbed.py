@@ -284,3 +284,53 @@ def test_failed_apply_retried_with_backoff_newer_commit_supersedes(dbed: DaemonB
         assert "exit 0" in dbed.bed.exec("gpu01", "cat /etc/slurm/epilog.sh").stdout
     finally:
         daemon.stop()
+
+
+DAEMON_CHECKS = """\
+checks:
+  node:
+    - name: daemons
+      nodes: "gpu[01-02]"
+      services: [munge, slurmd]
+      interval: 1m
+  nccl:
+    - name: nccl
+      nodes: "gpu[01-02]"
+      mpi: pmi2
+      ntasks_per_node: 2    # the testbed's nodes have 2 CPUs
+      gpus_per_task: 1
+      timeout: 2m
+      schedule: 5s
+      thresholds: {min_busbw: 330, at_size: 1G}
+"""
+
+
+def test_scheduled_checks_drain_and_resume_with_metrics(dbed: DaemonBed) -> None:
+    """Checks committed to Git run on their schedule through srun (stand-in all_reduce_perf): the degraded
+    node is drained with a reconciler: reason, shown by status and metrics, and resumed once it passes."""
+    dbed.bed.exec("gpu02", "mkdir -p /etc/reconciler-standin && touch /etc/reconciler-standin/degraded")
+    daemon = dbed.daemon()
+    try:
+        daemon.wait_applied(dbed.remote.head())
+        dbed.remote.commit("nccl and daemon checks", {"checks.yaml": lambda _: DAEMON_CHECKS})
+
+        def reason(node: str) -> str:
+            return dbed.bed.exec("ctl", f"scontrol show node {node} -o").stdout
+
+        daemon.wait_for("gpu02 drained by the nccl check", lambda: "Reason=reconciler: nccl nccl:" in reason("gpu02"),
+                        timeout=120)
+        assert "all_reduce busbw 118.6 < 330 GB/s" in reason("gpu02") and "DRAIN" not in reason("gpu01")
+        failing = daemon.wait_for("failing check in status", lambda: daemon.status()["failing_checks"], timeout=30)
+        assert [(c["check"], c["node"]) for c in failing] == [("nccl", "gpu02")]
+        metrics = scrape(listen_of(daemon))
+        assert 'reconciler_check_ok{check="nccl",node="gpu02"} 0.0' in metrics
+        assert 'reconciler_check_ok{check="daemons",node="gpu01"} 1.0' in metrics
+        assert re.search(r'reconciler_nccl_busbw_gbps\{check="nccl",node="gpu01"\} 363\.5', metrics), metrics
+        assert re.search(r'reconciler_check_gpu_seconds_total\{check="nccl"\} [1-9]', metrics)
+        dbed.bed.exec("gpu02", "rm /etc/reconciler-standin/degraded")
+        daemon.wait_for("gpu02 resumed", lambda: "DRAIN" not in reason("gpu02"), timeout=120)
+        daemon.wait_for("status clear", lambda: not daemon.status()["failing_checks"], timeout=30)
+    finally:
+        dbed.bed.exec("gpu02", "rm -f /etc/reconciler-standin/degraded")
+        dbed.remote.commit("no scheduled checks", {"checks.yaml": lambda _: "checks: {}\n"})
+        daemon.stop()

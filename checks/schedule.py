@@ -1,0 +1,35 @@
+"""When checks are due: node checks every `interval`, NCCL checks on their `schedule` (an interval or 'daily HH:MM').
+
+Pure: the daemon passes when each check last ran (`store.last_started(conn)`) and the current time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from reconciler.model import DesiredState, parse_duration
+
+
+def _daily_slot(schedule: str, now: datetime) -> datetime:
+    """The latest 'daily HH:MM' moment at or before now (in now's timezone)."""
+    hours, minutes = (int(part) for part in schedule.split()[1].split(":"))
+    slot = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    return slot if slot <= now else slot - timedelta(days=1)
+
+
+def is_due(schedule: str | None, last: datetime | None, now: datetime) -> bool:
+    """Whether a check with this interval or daily schedule should run now, given when it last ran."""
+    if schedule is None:
+        return False
+    if last is None:
+        return True
+    if schedule.startswith("daily "):
+        return last < _daily_slot(schedule, now)
+    return now - last >= timedelta(seconds=parse_duration(schedule))
+
+
+def due_checks(state: DesiredState, last_run: Mapping[str, datetime], now: datetime) -> list[str]:
+    """Names of the checks due now; an NCCL check without a schedule runs only on demand or after an apply."""
+    names = [c.name for c in state.checks.node if is_due(c.interval, last_run.get(c.name), now)]
+    return names + [c.name for c in state.checks.nccl if is_due(c.schedule, last_run.get(c.name), now)]

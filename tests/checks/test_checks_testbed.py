@@ -1,0 +1,208 @@
+"""Health checks on the testbed: node checks over real SSH, the all_reduce_perf stand-in through real srun.
+
+Must show (issue 6): the stand-in launched through real `srun` on real slurmd; the degraded node ends drained
+with a `reconciler:` reason and is resumed once the healthy replay passes; a node drained by hand stays
+drained. Plus node checks: munge/slurmd running, a mount check failing with a clear message.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from checks import store
+from checks.runner import check_run
+from reconciler.backend.ssh import SSHTransport
+from reconciler.loader import LoadedState, load_dir
+from tests.testbed_fixture import Testbed
+
+pytestmark = pytest.mark.testbed
+REPO = Path(__file__).resolve().parents[2]
+
+CHECKS = """\
+checks:
+  node:
+    - name: daemons
+      nodes: "gpu[01-03]"
+      services: [munge, slurmd]
+      slurm_state: [IDLE, MIXED, ALLOCATED]
+    - name: storage
+      nodes: gpu01
+      mounts: [/shared, /scratch]
+    - name: gpus
+      nodes: gpu01
+      gpus: {count: 8, model: H200}
+      drain_on_fail: false
+  nccl:
+    - name: nccl-single
+      nodes: "gpu[01-03]"
+      mpi: pmi2
+      ntasks_per_node: 8
+      gpus_per_task: 1
+      args: ["-b", "1G", "-e", "8G", "-f", "2", "-g", "1"]
+      timeout: 2m
+      thresholds: {min_busbw: 330, at_size: 1G}
+    - name: nccl-pairs
+      mode: pairs
+      partition: debug
+      mpi: pmi2
+      ntasks_per_node: 8
+      gpus_per_task: 1
+      args: ["-b", "1G", "-e", "8G", "-f", "2", "-g", "1"]
+      timeout: 2m
+      thresholds: {min_busbw: 330, at_size: 1G}
+"""
+
+
+@pytest.fixture(scope="module")
+def bed(testbed_factory: Callable[..., Testbed]) -> Testbed:
+    """A testbed with Slurm running and 3 compute nodes (each with the all_reduce_perf stand-in)."""
+    testbed = testbed_factory(nodes=3)
+    for node in testbed.computes:  # `up` waits for sinfo; supervisord may still say STARTING for a second
+        wait = "for i in $(seq 100); do supervisorctl status slurmd | grep -q RUNNING && exit 0; sleep 0.1; done; exit 1"
+        testbed.run(node, wait, check=True)
+    return testbed
+
+
+@pytest.fixture(scope="module")
+def desired(bed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The testbed's desired state with our checks instead of its own."""
+    directory = tmp_path_factory.mktemp("checks") / "desired"
+    shutil.copytree(bed.desired_state, directory)
+    (directory / "checks.yaml").write_text(CHECKS)
+    return directory
+
+
+@pytest.fixture
+def run(desired: Path, tmp_path: Path) -> Iterator[Callable[..., object]]:
+    """run(names, act=True) -> CheckRun, over real SSH, recording into one SQLite file per test."""
+    loaded: LoadedState = load_dir(desired)
+    conn = sqlite3.connect(str(tmp_path / "state.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    transport = SSHTransport(loaded.state.ssh, Path(loaded.root))
+    lines: list[str] = []
+
+    def go(*names: str, act: bool = True) -> object:
+        return check_run(loaded, transport, conn, list(names), None, lines.append, act=act)
+
+    go.conn = conn  # type: ignore[attr-defined]
+    go.log = lines  # type: ignore[attr-defined]
+    yield go
+    transport.close()
+    conn.close()
+
+
+def slurm_node(bed: Testbed, node: str) -> str:
+    """`State=... Reason=...` of a node (the rest of its scontrol line left out)."""
+    line = bed.run("ctl", f"scontrol show node {node} -o", check=True).stdout
+    state = re.search(r" State=\S+", line)
+    reason = re.search(r" Reason=.*?\](?= |$)", line)
+    return (state.group(0) if state else "") + (reason.group(0) if reason else "") + " "
+
+
+def settled(bed: Testbed, node: str, timeout: float = 15) -> str:
+    """slurm_node once the NOT_RESPONDING that follows a resume (slurmctld pings the node) has passed."""
+    end = time.monotonic() + timeout
+    while "NOT_RESPONDING" in (seen := slurm_node(bed, node)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return seen
+
+
+def slurm_job(bed: Testbed, job: str) -> str:
+    return bed.run("ctl", f"scontrol show job {job} -o", check=True).stdout
+
+
+def test_node_checks_services_state_mounts_and_gpus(bed: Testbed, run: Callable[..., object]) -> None:
+    bed.run("gpu01", "mkdir -p /scratch && mount -t tmpfs -o ro tmpfs /scratch", check=True)
+    try:
+        outcome = run("daemons", "storage", "gpus")
+        results = {(r.check, r.node): r for r in outcome.results}  # type: ignore[attr-defined]
+        for node in ("gpu01", "gpu02", "gpu03"):
+            daemons = results[("daemons", node)]
+            assert daemons.ok and daemons.message == "munge running, slurmd running, slurm IDLE"
+        storage = results[("storage", "gpu01")]
+        assert storage.failed
+        assert storage.message == "mount /shared: not mounted; mount /scratch: not writable: Read-only file system"
+        gpus = results[("gpus", "gpu01")]
+        assert gpus.failed and gpus.message == "gpus: nvidia-smi not found (expected 8 GPUs)"
+        # storage drains gpu01 under its own reason; gpus has drain_on_fail: false
+        assert "Reason=reconciler: check storage: mount /shared: not mounted; mount /scratch: not writable" \
+            in slurm_node(bed, "gpu01")
+
+        bed.run("gpu01", "mkdir -p /shared && mount -t tmpfs tmpfs /shared && mount -o remount,rw /scratch", check=True)
+        outcome = run("storage")
+        [storage] = outcome.results  # type: ignore[attr-defined]
+        assert storage.ok and storage.message == "/shared writable (tmpfs tmpfs), /scratch writable (tmpfs tmpfs)"
+        assert [(a.node, a.kind, a.done) for a in outcome.actions] == [("gpu01", "resume", True)]  # type: ignore[attr-defined]
+        assert settled(bed, "gpu01") == " State=IDLE "
+    finally:
+        bed.run("gpu01", "umount /scratch; umount /shared; scontrol update nodename=gpu01 state=resume; true")
+
+
+def test_degraded_node_drained_then_resumed_manual_drain_kept(bed: Testbed, run: Callable[..., object]) -> None:
+    bed.run("gpu02", "mkdir -p /etc/reconciler-standin && touch /etc/reconciler-standin/degraded", check=True)
+    bed.run("ctl", "scontrol update nodename=gpu03 state=drain reason=maintenance", check=True)
+    try:
+        first = run("nccl-single")
+        results = {r.node: r for r in first.results}  # type: ignore[attr-defined]
+        assert {n: r.status for n, r in results.items()} == {"gpu01": "PASS", "gpu02": "FAIL", "gpu03": "SKIP"}
+        assert results["gpu03"].message == "skipped: drained (maintenance)"
+        for node in ("gpu01", "gpu02"):  # real srun, real slurmd: the job ran on that node
+            job = slurm_job(bed, results[node].job_id)
+            assert "JobName=reconciler-nccl-nccl-single " in job and f" NodeList={node} " in job
+            assert f"job {results[node].job_id} step 0: rank 0 on {node}" in results[node].details
+            assert f"nccl-tests ranks on {node}" in results[node].details  # the stand-in's Rank lines
+            assert results[node].gpu_seconds > 0
+        assert results["gpu01"].value == pytest.approx(363.5125)
+        assert results["gpu02"].message == "nccl all_reduce busbw 118.6 < 330 GB/s"
+        assert "State=IDLE+DRAIN " in slurm_node(bed, "gpu02")
+        assert "Reason=reconciler: nccl nccl-single: all_reduce busbw 118.6 < 330 GB/s [root@" in slurm_node(bed, "gpu02")
+        assert "Reason=maintenance [root@" in slurm_node(bed, "gpu03")
+
+        bed.run("gpu02", "rm /etc/reconciler-standin/degraded", check=True)
+        second = run("nccl-single")
+        results = {r.node: r for r in second.results}  # type: ignore[attr-defined]
+        assert {n: r.status for n, r in results.items()} == {"gpu01": "PASS", "gpu02": "PASS", "gpu03": "SKIP"}
+        assert " NodeList=gpu02 " in slurm_job(bed, results["gpu02"].job_id)
+        [srun] = [line for line in run.log if "--nodelist=gpu02" in line and "srun" in line][-1:]  # type: ignore[attr-defined]
+        assert " --reservation=reconciler-nccl-single-" in srun  # retested inside the maintenance reservation
+        assert settled(bed, "gpu02") == " State=IDLE "
+        assert "Reason=maintenance [root@" in slurm_node(bed, "gpu03") and "DRAIN" in slurm_node(bed, "gpu03")
+        assert "No reservations in the system" in bed.run("ctl", "scontrol show reservation").stdout
+        assert [(a.node, a.kind) for a in second.actions] == [("gpu02", "resume")]  # type: ignore[attr-defined]
+        conn = run.conn  # type: ignore[attr-defined]
+        assert store.history(conn, "nccl-single", "gpu01") == [pytest.approx(363.5125)] * 2
+        assert {(r.node, r.ok) for r in store.latest(conn)} == {("gpu01", True), ("gpu02", True)}
+    finally:
+        bed.run("gpu02", "rm -f /etc/reconciler-standin/degraded")
+        bed.run("ctl", "scontrol update nodename=gpu02,gpu03 state=resume; true")
+
+
+def test_cli_pairs_through_srun_over_two_nodes(bed: Testbed, desired: Path, tmp_path: Path) -> None:
+    bed.run("ctl", "scontrol update nodename=gpu03 state=drain reason=maintenance", check=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "check", str(desired), "nccl-pairs",
+                               "--state-db", str(tmp_path / "db.sqlite")],
+                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        lines = proc.stdout.splitlines()
+        assert lines[0] == "SKIP  nccl nccl-pairs gpu03: skipped: drained (maintenance)"
+        assert lines[1].startswith("PASS  nccl nccl-pairs gpu01: all_reduce busbw 363.5 GB/s at >= 1 GiB (min 330)")
+        assert lines[2].startswith("PASS  nccl nccl-pairs gpu02: ")
+        assert "GPU-s]" in lines[1]
+        assert lines[-1] == "3 result(s): 0 failed, 1 skipped"
+        assert "--nodes=2 '--nodelist=gpu[01-02]'" in proc.stderr  # one srun over the pair
+        [latest] = [r for r in store.latest(sqlite3.connect(str(tmp_path / "db.sqlite"))) if r.node == "gpu01"]
+        job = slurm_job(bed, latest.job_id or "")
+        assert " NodeList=gpu[01-02] " in job and " NumNodes=2 " in job
+        assert "nccl-tests ranks on gpu01,gpu02" in latest.details
+    finally:
+        bed.run("ctl", "scontrol update nodename=gpu03 state=resume; true")

@@ -1,0 +1,35 @@
+"""Which checks are due: intervals and daily slots."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from checks.schedule import due_checks, is_due
+from reconciler.model import DesiredState
+
+NOW = datetime(2026, 11, 21, 10, 30, tzinfo=UTC)
+
+
+def test_intervals() -> None:
+    assert is_due("10m", None, NOW)
+    assert not is_due("10m", NOW - timedelta(minutes=9, seconds=59), NOW)
+    assert is_due("10m", NOW - timedelta(minutes=10), NOW)
+    assert not is_due(None, None, NOW)
+
+
+def test_daily_slot() -> None:
+    assert is_due("daily 02:00", NOW - timedelta(hours=9), NOW)  # last ran yesterday 01:30
+    assert not is_due("daily 02:00", NOW - timedelta(hours=8), NOW)  # ran today 02:30
+    assert not is_due("daily 23:00", NOW - timedelta(hours=11), NOW)  # ran yesterday 23:30, next slot tonight
+    assert is_due("daily 23:00", NOW - timedelta(hours=12), NOW)  # ran yesterday 22:30, missed 23:00
+
+
+def test_due_checks_of_a_state() -> None:
+    state = DesiredState.model_validate({
+        "cluster": {"name": "c", "slurm_version": "23.11", "controllers": ["ctl"]},
+        "nodes": [{"name": "ctl"}, {"name": "gpu[01-02]"}],
+        "checks": {"node": [{"name": "basics", "nodes": "gpu[01-02]", "interval": "5m"}],
+                   "nccl": [{"name": "nightly", "nodes": "gpu[01-02]", "schedule": "daily 02:00"},
+                            {"name": "manual", "nodes": "gpu[01-02]"}]}})
+    assert due_checks(state, {}, NOW) == ["basics", "nightly"]
+    assert due_checks(state, {"basics": NOW - timedelta(minutes=1), "nightly": NOW - timedelta(hours=1)}, NOW) == []
