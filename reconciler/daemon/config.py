@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from reconciler.forge.config import ForgeConfig as ForgeClientConfig
 from reconciler.loader import load_yaml_model
 from reconciler.model import Strict, parse_duration
 
@@ -68,23 +69,12 @@ class RetryPolicy(Strict):
     _durations = field_validator("initial", "max")(lambda cls, v: _duration(v))
 
 
-class ForgeConfig(Strict):
-    """Where pull requests live, for drift comments."""
+class ForgeConfig(ForgeClientConfig):
+    """Where pull requests live (see reconciler/forge/config.py), and how often their drift comments are renewed."""
 
-    type: Literal["github", "gitlab", "gitea"] = "github"
-    url: str = Field(description="API base URL, e.g. https://api.github.com")
-    repo: str = Field(description="owner/name (GitLab: the project path)")
-    token_env: str | None = None
-    token_file: str | None = None
     interval: str | int = "2m"
 
     _interval = field_validator("interval")(lambda cls, v: _duration(v))
-
-    @model_validator(mode="after")
-    def _token(self) -> ForgeConfig:
-        if not self.token_env and not self.token_file:
-            raise ValueError("a forge needs token_env or token_file")
-        return self
 
 
 class DaemonConfig(Strict):

@@ -66,6 +66,8 @@ class Reconciler:
                                seen_head=store.get("seen_head"))
         self.last_state: DesiredState | None = None
         self.check_attempts: dict[str, datetime] = {}
+        self.last_pr_report = 0.0
+        self.forge: Any = None
 
     # ------------------------------------------------------------ what to reconcile
 
@@ -73,13 +75,19 @@ class Reconciler:
         """True when the drift interval, a retry or a health check says a reconcile is due without a new commit."""
         if self.state.retry_at and now >= self.state.retry_at:
             return True
-        if self._due_checks():
+        if self._due_checks() or self._prs_due(now):
             return True
         return now - self.state.last_reconcile >= self.config.seconds("drift_interval")
+
+    def _prs_due(self, now: float) -> bool:
+        forge = self.config.forge
+        return bool(forge and self.source and now - self.last_pr_report >= _seconds(forge.interval))
 
     def next_wake(self, now: float) -> float:
         """Seconds until the next drift check, retry, or (at most CHECK_POLL later) health-check look."""
         times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
+        if self.config.forge and self.source:
+            times.append(self.last_pr_report + _seconds(self.config.forge.interval))
         if self.state.retry_at:
             times.append(self.state.retry_at)
         if self.last_state is not None and (self.last_state.checks.node or self.last_state.checks.nccl):
@@ -265,6 +273,8 @@ class Reconciler:
             names = None if applied_something and self.config.checks_after_apply else self._due_checks()
             if names is None or names:
                 self._run_checks(run, target, names, "after-apply" if names is None else "schedule", log)
+            if applied == 0 and self._prs_due(time.time()):
+                self._report_prs(run, target, log)
         except Exception as exc:  # noqa: BLE001 - one bad run must never kill the daemon
             error = f"{type(exc).__name__}: {exc}"
             log.exception("run.error", error=error)
@@ -321,6 +331,33 @@ class Reconciler:
             self.metrics.record_check(result.check, result.node, result.ok, result.value, result.gpu_seconds)
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
+
+    def _report_prs(self, run: Reconcile, target: Target, log: Any) -> None:
+        """Plan every open pull request against the facts of this cycle and keep one comment per PR current."""
+        from reconciler.forge.config import TokenError, make_forge
+        from reconciler.prs import report_pull_requests
+
+        assert self.source is not None and self.config.forge is not None and self.config.repository is not None
+        self.last_pr_report = time.time()
+        if self.forge is None:
+            try:
+                self.forge = make_forge(self.config.forge)
+            except (TokenError, ValueError) as exc:
+                log.error("prs.forge_unavailable", error=str(exc))
+                return
+        results = report_pull_requests(self.source.repo, self.config.repository.subdir, self.forge, run.ctx.facts,
+                                       target.loaded, self.store.conn, self._checks_status(), log)
+        if results:
+            log.info("prs.done", **{status: sum(r.status == status for r in results)
+                                    for status in {r.status for r in results}})
+
+    def _checks_status(self) -> list[str]:
+        """One line per failing health check, for PR comments."""
+        try:
+            from checks import store as check_store
+        except ImportError:
+            return []
+        return [f"{r.check} on {r.node}: {r.message}" for r in check_store.latest(self.store.conn) if not r.ok]
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
         if plan.slurm.any:

@@ -334,3 +334,40 @@ def test_scheduled_checks_drain_and_resume_with_metrics(dbed: DaemonBed) -> None
         dbed.bed.exec("gpu02", "rm -f /etc/reconciler-standin/degraded")
         dbed.remote.commit("no scheduled checks", {"checks.yaml": lambda _: "checks: {}\n"})
         daemon.stop()
+
+
+def test_daemon_keeps_one_pr_comment_current(dbed: DaemonBed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forge configured: the daemon plans an open PR against its live facts and edits one comment per push;
+    the PR is never applied and the token never logged."""
+    from tests.forge.fake_github import FakeGitHub
+
+    token = "ghp_daemonTestToken0123456789"
+    monkeypatch.setenv("RECONCILER_TEST_FORGE_TOKEN", token)
+    fake = FakeGitHub(token=token)
+    work = dbed.remote.work
+    with fake.running():
+        daemon = dbed.daemon(forge={"type": "github", "url": fake.base_url, "repo": "acme/cluster",
+                                    "token_env": "RECONCILER_TEST_FORGE_TOKEN", "interval": "1s"})
+        try:
+            daemon.wait_applied(dbed.remote.head())
+            shas = []
+            for name in ("prone", "prtwo"):
+                git(work, "checkout", "-q", "-B", "feature", "main")
+                (work / "cluster.yaml").write_text(add_partition(name)["cluster.yaml"](  # type: ignore[operator]
+                    (work / "cluster.yaml").read_text()))
+                git(work, "commit", "-qam", f"PR: partition {name}")
+                git(work, "push", "-q", "--force", "origin", "HEAD:refs/pull/7/head")
+                shas.append(git(work, "rev-parse", "HEAD"))
+                git(work, "checkout", "-q", "main")
+                fake.add_pull(7, shas[-1], head_ref="feature")
+                daemon.wait_for("comment with the PR head", lambda: any(shas[-1][:12] in c["body"]
+                                                                     for c in fake.comments_on(7)), timeout=60)
+            comments = fake.comments_on(7)
+            assert len(comments) == 1
+            body = comments[0]["body"]
+            assert "<!-- reconciler:plan -->" in body and "prtwo" in body and shas[0][:12] not in body
+            assert "PartitionName=prtwo" in body and "scontrol reconfigure" in body
+            assert "prone" not in partitions(dbed) and "prtwo" not in partitions(dbed)
+        finally:
+            daemon.stop()
+        assert token not in daemon.log_path.read_text()
