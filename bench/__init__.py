@@ -1,1 +1,1 @@
-"""Benchmarks (run as modules, e.g. `python -m bench.render_scale`); figures, not timed tests."""
+"""Benchmarks of issue 8: `python -m bench` runs them all (bench/README.md); figures, not timed tests."""

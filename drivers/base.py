@@ -49,10 +49,12 @@ def file_change(driver: str, node: str, path: str, fact: FileFact | None, desire
                 validate_cmd: str | None = None, after: str | None = None,
                 ignore_header: bool = False) -> Change:
     """Compare a whole managed file with its desired content and mode; build the write if it differs."""
-    write = WriteFile(path=path, content=desired, mode=mode, owner=owner, group=group,
-                      validate_cmd=validate_cmd, after=after)
+    def write() -> WriteFile:  # built only when something changes: a converged 10,000-node plan makes none
+        return WriteFile(path=path, content=desired, mode=mode, owner=owner, group=group,
+                         validate_cmd=validate_cmd, after=after)
+
     if fact is None or not fact.exists:
-        return Change(node=node, driver=driver, resource=path, action="create", phase=phase, ops=[write],
+        return Change(node=node, driver=driver, resource=path, action="create", phase=phase, ops=[write()],
                       summary=f"create {path}", diff=unified_diff(path, node, "", desired))
     current = fact.content
     if current is None:
@@ -63,9 +65,10 @@ def file_change(driver: str, node: str, path: str, fact: FileFact | None, desire
             if v is not None and getattr(fact, k) != v]
     if same and not meta:
         return Change(node=node, driver=driver, resource=path, action="ok", phase=phase)
-    write.expect_sha256 = fact.sha256
+    op = write()
+    op.expect_sha256 = fact.sha256
     if same:
-        write.content = current  # keep the bytes (and header); only mode/owner change
+        op.content = current  # keep the bytes (and header); only mode/owner change
     summary = f"update {path}" + (f" ({', '.join(meta)})" if meta else "")
-    return Change(node=node, driver=driver, resource=path, action="update", phase=phase, ops=[write],
+    return Change(node=node, driver=driver, resource=path, action="update", phase=phase, ops=[op],
                   summary=summary, diff=None if same else unified_diff(path, node, current, desired))

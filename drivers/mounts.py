@@ -39,7 +39,7 @@ class MountsDriver:
     phase = 20
 
     def _mounts(self, ctx: Context, node: str) -> list[Mount]:
-        return [m for m in ctx.state.storage.mounts if node in hostlist.expand(m.nodes)]
+        return [m for m in ctx.state.storage.mounts if node in hostlist.expand_set(m.nodes)]
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
         """Ask for /etc/fstab and the mount table."""

@@ -33,7 +33,7 @@ class PatchesDriver:
     phase = 40
 
     def _patches(self, ctx: Context, node: str) -> list[Patch]:
-        return [p for p in ctx.state.patches if node in hostlist.expand(p.nodes)]
+        return [p for p in ctx.state.patches if node in hostlist.expand_set(p.nodes)]
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
         """Ask for the content of every patched file."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from drivers.base import file_change
-from reconciler.engine.context import Context
+from reconciler.engine.context import Context, shared_render
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
-from reconciler.render import managed_files_for, render_file
+from reconciler.render import managed_files_for
 from reconciler.render.files import file_path
 
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
@@ -34,7 +34,7 @@ class SlurmConfigDriver:
         changes = []
         for name in self.files_for(ctx, node):
             path = file_path(ctx.state, name)
-            desired = render_file(ctx.state, node, name, ctx.source)
+            desired = shared_render(ctx, node, name)
             changes.append(file_change(self.name, node, path, facts.files.get(path), desired,
                                        phase=self.phase, ignore_header=True))
         return changes

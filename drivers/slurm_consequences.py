@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from reconciler import hostlist
 
@@ -75,6 +76,12 @@ def parse_slurm_conf(text: str) -> SlurmConf:
     return conf
 
 
+@lru_cache(maxsize=16)
+def _parsed(text: str) -> SlurmConf:
+    """parse_slurm_conf, cached: a plan asks about the same two files once per node. Read-only results."""
+    return parse_slurm_conf(text)
+
+
 @dataclass
 class Consequence:
     """What one node's configuration change needs."""
@@ -93,7 +100,7 @@ def slurm_conf_consequence(before: str | None, after: str, family: str) -> Conse
         result.restart_slurmctld = result.restart_all_slurmd = True
         result.reasons.append("slurm.conf is new")
         return result
-    old, new = parse_slurm_conf(before), parse_slurm_conf(after)
+    old, new = _parsed(before), _parsed(after)
     version = version_tuple(family)
     changed = {k for k in old.globals.keys() | new.globals.keys() if old.globals.get(k) != new.globals.get(k)}
     if not changed and old.nodes == new.nodes and old.partitions == new.partitions:
@@ -117,6 +124,6 @@ def node_definition_changed(before: str | None, after: str, node: str) -> bool:
     """True when the node's own hardware/GRES definition changed (slurmd must restart to see it)."""
     if before is None:
         return False
-    old = parse_slurm_conf(before).nodes.get(node, {})
-    new = parse_slurm_conf(after).nodes.get(node, {})
+    old = _parsed(before).nodes.get(node, {})
+    new = _parsed(after).nodes.get(node, {})
     return any(old.get(k) != new.get(k) for k in NODE_RESTART_KEYS)

@@ -9,6 +9,24 @@ from reconciler.facts import parsers
 from reconciler.facts.models import ServiceFact
 from reconciler.model import ServiceManager
 
+# supervisord's own XML-RPC over its socket, printing `supervisorctl status` lines: `supervisorctl` itself spends
+# about 110 ms of CPU starting up (pkg_resources), a third of a whole gather on a busy node; this takes ~30 ms.
+_SUPERVISOR_RPC = (
+    "import http.client,socket,xmlrpc.client as x\n"
+    "class C(http.client.HTTPConnection):\n"
+    " def connect(self):\n"
+    "  self.sock=socket.socket(socket.AF_UNIX);self.sock.settimeout(10)\n"
+    "  for p in ('/var/run/supervisor.sock','/run/supervisor.sock'):\n"
+    "   try:self.sock.connect(p);return\n"
+    "   except OSError:pass\n"
+    "  raise OSError('no socket')\n"
+    "class T(x.Transport):\n"
+    " def make_connection(self,host):return C('localhost')\n"
+    "for i in x.ServerProxy('http://localhost',transport=T()).supervisor.getAllProcessInfo():\n"
+    " print(i['group']+':'+i['name'] if i['group']!=i['name'] else i['name'],i['statename'],i['description'])\n"
+)
+SUPERVISOR_STATUS = f"python3 -c {shlex.quote(_SUPERVISOR_RPC)} 2>/dev/null || supervisorctl status || true"
+
 
 def control_command(manager: ServiceManager, action: Literal["start", "restart"], service: str) -> str:
     """The command that starts or restarts a service under this manager."""
@@ -27,7 +45,7 @@ def status_command(manager: ServiceManager, services: list[str]) -> str:
     if manager.type == "systemd":
         return "systemctl is-active " + " ".join(shlex.quote(s) for s in services) + " || true"
     if manager.type == "supervisord":
-        return "supervisorctl status || true"
+        return SUPERVISOR_STATUS
     assert manager.status is not None
     return parsers.custom_status_command(manager.status, services)
 

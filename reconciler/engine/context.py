@@ -8,6 +8,7 @@ from reconciler.facts.models import ClusterFacts
 from reconciler.inventory import NodeSpec, node_specs
 from reconciler.loader import LoadedState
 from reconciler.model import DesiredState
+from reconciler.render import render_file
 
 
 @dataclass
@@ -18,6 +19,7 @@ class Context:
     source: str
     limit: set[str] | None = None
     facts: ClusterFacts = field(default_factory=ClusterFacts)
+    renders: dict[tuple[str, str], str] = field(default_factory=dict)  # node-independent files, per plan
 
     @property
     def state(self) -> DesiredState:
@@ -37,3 +39,20 @@ class Context:
     def controller(self) -> str:
         """The primary Slurm controller."""
         return self.state.cluster.controllers[0]
+
+
+NODE_INDEPENDENT = ("slurm.conf", "gres.conf", "cgroup.conf")
+
+
+def shared_render(ctx: Context, node: str, name: str) -> str:
+    """Render a managed file; the Slurm files, byte-identical on every node, once per plan.
+
+    `make_plan` empties `ctx.renders` when it starts; what it cached holds until the state changes.
+    """
+    if name not in NODE_INDEPENDENT:
+        return render_file(ctx.state, node, name, ctx.source)
+    key = (name, ctx.source)
+    text = ctx.renders.get(key)
+    if text is None:
+        text = ctx.renders[key] = render_file(ctx.state, node, name, ctx.source)
+    return text

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drivers import Driver
-from drivers.slurm_consequences import node_definition_changed, slurm_conf_consequence
-from reconciler.engine.context import Context
+from drivers.slurm_consequences import Consequence, node_definition_changed, slurm_conf_consequence
+from reconciler.engine.context import Context, shared_render
 from reconciler.engine.plan import Change, Plan, SlurmActions
 from reconciler.inventory import slurm_nodes
-from reconciler.render import render_file
 from reconciler.render.files import file_path
 
 
 def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
     """Compare facts with the desired state for every target node."""
     plan = Plan(source=ctx.source, commit=ctx.loaded.commit)
+    ctx.renders.clear()  # the state may have changed since the last plan
     for spec in ctx.targets():
         facts = ctx.facts.nodes.get(spec.name)
         if facts is None or not facts.reachable:
@@ -48,24 +48,28 @@ def slurm_actions(ctx: Context, plan: Plan) -> SlurmActions:
     family = ctx.state.cluster.slurm_version
     compute = [n for n in slurm_nodes(ctx.state) if n in ctx.facts.nodes and ctx.facts.nodes[n].reachable
                and (ctx.limit is None or n in ctx.limit)]
+    compute_set = set(compute)
     restart: set[str] = set()
     changed_files = {(c.node, c.resource) for c in plan.changing() if c.driver == "slurm_config"}
     desired = None
+    consequences: dict[str | None, Consequence] = {}  # most nodes hold the same old file: classify it once
     for node, path in sorted(changed_files):
         name = path.rsplit("/", 1)[-1]
         if name != "slurm.conf":
-            if node in compute:
+            if node in compute_set:
                 restart.add(node)
                 actions.reasons.append(f"{name} changed on {node}: slurmd must restart")
             continue
-        desired = desired or render_file(ctx.state, node, "slurm.conf", ctx.source)
+        desired = desired or shared_render(ctx, node, "slurm.conf")
         before = _current(ctx, node, "slurm.conf")
-        consequence = slurm_conf_consequence(before, desired, family)
+        if before not in consequences:
+            consequences[before] = slurm_conf_consequence(before, desired, family)
+        consequence = consequences[before]
         actions.reconfigure |= consequence.reconfigure
         actions.restart_slurmctld |= consequence.restart_slurmctld and node == ctx.controller
         if consequence.restart_all_slurmd:
             restart.update(compute)
-        if node in compute and node_definition_changed(before, desired, node):
+        if node in compute_set and node_definition_changed(before, desired, node):
             restart.add(node)
             actions.reasons.append(f"{node}: hardware or GRES definition changed")
         actions.reasons += [r for r in consequence.reasons if r not in actions.reasons]

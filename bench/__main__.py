@@ -1,0 +1,120 @@
+"""`python -m bench`: every benchmark of issue 8 in one command; tables on stdout, files in bench/results/.
+
+Sections (`--sections`, default all but daemon):
+  noop    no-op reconcile on testbeds of N compute nodes + ctl: `reconciler plan` vs
+          `ansible-playbook --check --diff` (bench/ansible/playbook.yml) over the same SSH
+  change  one-line change applied (a partition's MaxTime): `reconciler apply --yes` vs ansible-playbook
+          with a `scontrol reconfigure` handler
+  scale   render + diff of 1,000 and 10,000 nodes against synthesised facts (pure CPU)
+  nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
+  daemon  commit-to-applied latency of the daemon (issue 8 item 3): a hook, not built yet
+
+noop and change need root, the testbed's Debian packages and ansible-core (pip install -e '.[bench]');
+without them they are skipped with the reason. Writes bench.json, bench.md and bench.png to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import daemon, nccl, reconcile, scale
+from bench.ansible_project import ansible_playbook
+from bench.common import RESULTS, log, machine
+from bench.report import targets, text_report, write
+from bench.testbed import unavailable
+
+SECTIONS = ("noop", "change", "scale", "nccl", "daemon")
+DEFAULT_SECTIONS = "noop,change,scale,nccl"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default=DEFAULT_SECTIONS, help=f"comma-separated, of {', '.join(SECTIONS)}")
+    p.add_argument("--nodes", default="4,16,64", help="compute node counts for noop/change (default 4,16,64)")
+    p.add_argument("--runs", type=int, default=3, help="runs per figure, medians reported (default 3)")
+    p.add_argument("--sizes", default="1000,10000", help="node counts for scale (default 1000,10000)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where bench.json/.md/.png go (default bench/results)")
+    p.add_argument("--ansible-forks", type=int, default=None,
+                   help="Ansible forks (default: as many as nodes, at most 64, like our ssh.forks)")
+    p.add_argument("--ansible-pipelining", action="store_true", help="turn Ansible's pipelining on")
+    p.add_argument("--no-plot", action="store_true", help="no PNG")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target of the issue is missed")
+    return p
+
+
+def _testbed_sections_unavailable() -> str | None:
+    why = unavailable()
+    if why is None and ansible_playbook() is None:
+        why = "ansible-playbook not found (pip install -e '.[bench]')"
+    return why
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the chosen sections; return the results record."""
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise SystemExit(f"unknown section(s): {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "command": " ".join(["python -m bench", *args.argv]),
+        "sections": sections,
+        "runs": args.runs,
+        "skipped": {},
+    }
+    on_testbed = [s for s in ("noop", "change") if s in sections]
+    if on_testbed:
+        why = _testbed_sections_unavailable()
+        if why:
+            results["skipped"].update(dict.fromkeys(on_testbed, why))
+        else:
+            for key in on_testbed:
+                results[key] = []
+            for index, computes in enumerate(_ints(args.nodes)):
+                measured = reconcile.measure(computes, index, args.runs, on_testbed, forks=args.ansible_forks,
+                                             pipelining=args.ansible_pipelining)
+                for item in measured:
+                    results[item.section].append(item.row())
+    if "daemon" in sections:
+        try:
+            results["daemon"] = daemon.run(_ints(args.nodes), args.runs)
+        except daemon.NotBuilt as exc:
+            results["skipped"]["daemon"] = str(exc)
+    if "scale" in sections:
+        log(f"scale: {args.sizes} nodes")
+        results["scale"] = scale.run(_ints(args.sizes), args.runs)
+    if "nccl" in sections:
+        results["nccl"] = nccl.run()
+    results["elapsed_s"] = time.monotonic() - started
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print the tables, write the files; exit 1 on a missed target only with --strict."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    args.argv = argv
+    results = run(args)
+    print(text_report(results), end="")
+    for path in write(results, args.out, with_plot=not args.no_plot):
+        log(f"wrote {path}")
+    log(f"done in {results['elapsed_s']:.0f} s")
+    missed = [sentence for sentence, held in targets(results) if not held]
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Tables (text and markdown), the JSON record and the PNG plot of a benchmark run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TARGET_RATIO_N = 16
+TARGET_RATIO = 10.0
+TARGET_SCALE_NODES = 10_000
+TARGET_SCALE_S = 2.0
+
+
+@dataclass
+class Table:
+    """A titled table with notes under it."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        """Aligned plain text for the terminal."""
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
+                  for i, c in enumerate(self.columns)]
+        line = "  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True))
+        out = [self.title, "=" * len(self.title), line, "  ".join("-" * w for w in widths)]
+        out += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in self.rows]
+        out += [f"  {note}" for note in self.notes]
+        return "\n".join(out) + "\n"
+
+    def markdown(self) -> str:
+        """A markdown section: heading, table, notes."""
+        out = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
+               "|" + "|".join("---" for _ in self.columns) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in self.rows]
+        if self.notes:
+            out += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(out) + "\n"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def _runs(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def reconcile_table(key: str, rows: list[dict[str, Any]]) -> Table:
+    """noop or change: our time, Ansible's, ratio, round trips per node."""
+    ours, theirs = ("`reconciler plan`", "`ansible-playbook --check --diff`") if key == "noop" else (
+        "`reconciler apply --yes`", "`ansible-playbook` + handler")
+    title = ("No-op reconcile (nothing to change)" if key == "noop"
+             else "One-line change applied (a partition's MaxTime; scontrol reconfigure)")
+    table = Table(key, title, ["compute nodes (+ctl)", ours, theirs, "Ansible / ours",
+                               "SSH round trips per node: ours", "Ansible", "runs, s: ours; Ansible"], [])
+    for r in rows:
+        lo, hi = r["ansible_trips_range"]
+        olo, ohi = r["ours_trips_range"]
+        table.rows.append([
+            f"{r['computes']} (+1)", _s(r["ours_s"]), _s(r["ansible_s"]), f"{r['ratio']:.1f}x",
+            f"{r['ours_trips_per_node']:.1f} ({olo}-{ohi})", f"{r['ansible_trips_per_node']:.1f} ({lo}-{hi})",
+            f"{_runs(r['ours_runs_s'])}; {_runs(r['ansible_runs_s'])}",
+        ])
+    forks = sorted({r["ansible_forks"] for r in rows})
+    table.notes.append("Medians; the ratio is the median of the per-pair ratios (the two tools run alternately).")
+    table.notes.append(f"Ansible forks {', '.join(map(str, forks))} (one per node up to 64, as ours), no pipelining, "
+                       "ControlPersist 60s, interpreter_python set (no discovery). Round trips per node: mean "
+                       "(min-max over nodes); ctl has more work (exports, image, reconfigure).")
+    return table
+
+
+def scale_table(rows: list[dict[str, Any]]) -> Table:
+    """Render + diff at scale: plan times and memory."""
+    table = Table("scale", "Render and diff at scale (pure CPU, no SSH)",
+                  ["nodes", "load + validate", "plan: few nodes drifted", "plan: one line changed on every node",
+                   "plan peak (tracemalloc)", "process max RSS", "drift found"], [])
+    for r in rows:
+        table.rows.append([
+            f"{r['nodes']:,}", f"{r['load_s'] * 1000:.0f} ms", f"{r['plan_s'] * 1000:.0f} ms",
+            f"{r['change_plan_s'] * 1000:.0f} ms", f"{r['plan_peak_mib']:.0f} MiB",
+            f"{r['process_maxrss_mib']:.0f} MiB", f"{r['changes']} of {r['resources']:,} resources",
+        ])
+    table.notes.append("plan = make_plan with every driver against facts synthesised from the rendered files "
+                       "(it renders every node's files and compares them); medians.")
+    return table
+
+
+def nccl_table(data: dict[str, Any]) -> Table:
+    """GPU-seconds to a verdict: recorded runs, and the 8-GPU nccl-tests rows."""
+    table = Table("nccl", "NCCL check cost: GPU-seconds to a verdict",
+                  ["source", "sweep", "GPUs", "sizes", "wall (median)", "GPU-seconds", "in collectives",
+                   "busbw 8 GiB (in-place)", "verdict"], [])
+    for r in data["measured"]:
+        table.rows.append([
+            r["source"], f"{r['sweep']} ({r['args']})", str(r["gpus"]), str(r["sizes"]),
+            f"{r['wall_s']:.1f} s ({_runs(r['wall_runs_s'])})", f"{r['gpu_s']:.1f}",
+            f"{r['collective_gpu_s']:.1f} GPU-s", f"{r['busbw_8g']:.1f} GB/s", ", ".join(r["verdicts"]),
+        ])
+    for r in data["eight_gpu_model"]:
+        table.rows.append([r["source"], r["sweep"], str(r["gpus"]), str(r["sizes"]), "-", "-",
+                           f"{r['collective_gpu_s']:.1f} GPU-s", f"{r['busbw_8g']:.1f} GB/s", "-"])
+    if data.get("gpu_s_ratio"):
+        table.notes.append(f"Full sweep / default sizes: {data['gpu_s_ratio']:.2f}x the GPU-seconds (measured); "
+                           f"{data['eight_gpu_collective_ratio']:.2f}x the collective time on 8x H200.")
+    table.notes.append("GPU-seconds = GPUs x wall time of the process; 'in collectives' = GPUs x (warm-up + "
+                       "iterations) x (out-of-place + in-place time) summed over the rows.")
+    return table
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    """Every table the results hold, in section order."""
+    out = []
+    for key in ("noop", "change"):
+        if results.get(key):
+            out.append(reconcile_table(key, results[key]))
+    if results.get("daemon"):  # issue 8 item 3 (bench/daemon.py): its table goes here
+        rows = results["daemon"]
+        out.append(Table("daemon", "Commit-to-applied latency of the daemon", list(rows[0]),
+                         [[str(v) for v in row.values()] for row in rows]))
+    if results.get("scale"):
+        out.append(scale_table(results["scale"]))
+    if results.get("nccl"):
+        out.append(nccl_table(results["nccl"]))
+    return out
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The issue's two musts, where this run measured them: (sentence, held)."""
+    found = []
+    for row in results.get("noop") or []:
+        if row["computes"] == TARGET_RATIO_N:
+            found.append((f"no-op plan at N={TARGET_RATIO_N}: {row['ratio']:.1f}x faster than Ansible's check mode "
+                          f"(target >= {TARGET_RATIO:.0f}x)", row["ratio"] >= TARGET_RATIO))
+    for row in results.get("scale") or []:
+        if row["nodes"] >= TARGET_SCALE_NODES:
+            sentence = f"{row['nodes']:,}-node render + diff: {row['plan_s']:.2f} s (target < {TARGET_SCALE_S:.0f} s)"
+            found.append((sentence, row["plan_s"] < TARGET_SCALE_S))
+    return found
+
+
+def text_report(results: dict[str, Any]) -> str:
+    """Everything for the terminal."""
+    parts = [f"{t.text()}\n" for t in tables(results)]
+    for section, why in (results.get("skipped") or {}).items():
+        parts.append(f"[{section}] skipped: {why}\n")
+    for sentence, held in targets(results):
+        parts.append(f"[{'ok' if held else 'MISSED'}] {sentence}\n")
+    return "".join(parts)
+
+
+def markdown_report(results: dict[str, Any], plot_name: str | None) -> str:
+    """The markdown file: header line, tables, targets, plot."""
+    out = [f"Run {results['date']} on {results['machine']} (`{results['command']}`, "
+           f"{results['elapsed_s'] / 60:.1f} min).\n"]
+    out += [t.markdown() for t in tables(results)]
+    for section, why in (results.get("skipped") or {}).items():
+        out.append(f"- {section}: skipped ({why})\n")
+    marks = targets(results)
+    if marks:
+        out.append("Targets:\n\n" + "".join(f"- {'met' if held else 'MISSED'}: {s}\n" for s, held in marks))
+    if plot_name:
+        out.append(f"![benchmark plot]({plot_name})\n")
+    return "\n".join(out)
+
+
+def plot(results: dict[str, Any], path: Path) -> Path | None:
+    """A PNG with one panel per measured section; None when there is nothing to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [k for k in ("noop", "change", "scale", "nccl") if results.get(k)]
+    if not panels:
+        return None
+    cols = min(2, len(panels))
+    rows_n = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 4.2 * rows_n), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, panels, strict=False):
+        if key in ("noop", "change"):
+            rows = results[key]
+            n = [r["computes"] for r in rows]
+            ax.plot(n, [r["ours_s"] for r in rows], "o-", label="reconciler")
+            ax.plot(n, [r["ansible_s"] for r in rows], "s-", label="ansible-playbook")
+            for r in rows:
+                ax.annotate(f"{r['ratio']:.1f}x", (r["computes"], r["ansible_s"]), textcoords="offset points",
+                            xytext=(0, 6), ha="center", fontsize=8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(n, [str(v) for v in n])
+            ax.set_xlabel("compute nodes (+ ctl)")
+            ax.set_ylabel("wall time (s)")
+            ax.set_title("no-op: plan vs --check --diff" if key == "noop" else "one-line change applied")
+            ax.legend()
+        elif key == "scale":
+            rows = results["scale"]
+            n = [r["nodes"] for r in rows]
+            ax.plot(n, [r["plan_s"] for r in rows], "o-", label="few drifted")
+            ax.plot(n, [r["change_plan_s"] for r in rows], "s-", label="one line changed everywhere")
+            ax.axhline(TARGET_SCALE_S, color="grey", linestyle="--", label=f"{TARGET_SCALE_S:.0f} s target")
+            ax.set_xscale("log")
+            ax.set_xlabel("nodes")
+            ax.set_ylabel("plan (render + diff), s")
+            ax.set_title("render and diff at scale")
+            ax.legend()
+        else:
+            data = results["nccl"]
+            labels = [f"{r['sweep']}\n{r['gpus']} GPUs" for r in data["measured"]]
+            ax.bar(labels, [r["gpu_s"] for r in data["measured"]], label="process (wall x GPUs)")
+            ax.bar(labels, [r["collective_gpu_s"] for r in data["measured"]], label="in collectives")
+            ax.set_ylabel("GPU-seconds to a verdict")
+            ax.set_title("NCCL check cost")
+            ax.legend()
+    fig.suptitle(f"reconciler benchmarks, {results['date']} ({results['machine']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(results: dict[str, Any], out_dir: Path, *, with_plot: bool = True) -> list[Path]:
+    """Write bench.json, bench.md and (optionally) bench.png into out_dir; return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    png = plot(results, out_dir / "bench.png") if with_plot else None
+    if png:
+        written.append(png)
+    md = out_dir / "bench.md"
+    md.write_text(markdown_report(results, png.name if png else None))
+    data = out_dir / "bench.json"
+    data.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    return [data, md, *written]

@@ -1,0 +1,127 @@
+"""A testbed for the benchmarks: brought up bare, converged by `reconciler apply`, always torn down."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from bench.common import TESTBED, log, python_env, reconciler_argv, timed_run
+
+BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
+# The testbed's desired state has no cgroup.conf; the benchmark adds a harmless one so that both tools
+# manage the three Slurm files the issue names.
+CGROUP_YAML = "  cgroup: {ConstrainCores: false, ConstrainDevices: false, ConstrainRAMSpace: false}\n"
+
+_live: set[str] = set()
+
+
+def unavailable() -> str | None:
+    """Why no testbed can run here (not root, Debian packages missing), or None."""
+    if os.geteuid() != 0:
+        return "the testbed needs root"
+    missing = [b for b in ("/usr/sbin/sshd", "/usr/sbin/slurmctld", "/usr/bin/supervisord", "/usr/bin/nc")
+               if not os.path.exists(b)]
+    return f"missing {', '.join(missing)}: run deploy/testbed/testbed deps" if missing else None
+
+
+def _down(name: str) -> None:
+    subprocess.run([str(TESTBED), "down", "--name", name], capture_output=True, timeout=300, check=False)
+    _live.discard(name)
+
+
+def _down_all() -> None:
+    for name in sorted(_live):
+        _down(name)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    _down_all()
+    raise SystemExit(128 + signum)
+
+
+atexit.register(_down_all)
+
+
+def bench_name(index: int) -> str:
+    """A testbed name unique to this process: `bench<pid>x<index>` (at most 12 characters)."""
+    return f"bench{os.getpid() % 10000:04d}x{index}"
+
+
+def bench_subnet(index: int) -> str:
+    """A subnet of 10.252.x for the index-th testbed of this process."""
+    return f"10.252.{(os.getpid() % 40) * 6 + index % 6}"
+
+
+class BenchTestbed:
+    """A bare testbed of N compute nodes + ctl, converged by our apply; its desired state lives in /tmp.
+
+    The desired state is copied out of Git's reach (a work tree would put the commit, which others change,
+    into every file header) as `<tmp>/desired-state`, with a cgroup.conf added.
+    """
+
+    def __init__(self, computes: int, index: int) -> None:
+        self.computes = computes
+        self.name = bench_name(index)
+        self.subnet = bench_subnet(index)
+        self.work = Path(tempfile.mkdtemp(prefix=f"reconciler-bench-{self.name}-"))
+        self.desired = self.work / "desired-state"
+
+    @property
+    def state_dir(self) -> Path:
+        """The testbed's state directory (ssh_config, known_hosts, key)."""
+        return BASE / self.name
+
+    @property
+    def ssh_config(self) -> Path:
+        """The testbed's ssh_config (a Host entry per node, ProxyCommand into its namespace)."""
+        return self.state_dir / "ssh_config"
+
+    @property
+    def nodes(self) -> list[str]:
+        """ctl and the compute nodes."""
+        return ["ctl", *(f"gpu{i:02d}" for i in range(1, self.computes + 1))]
+
+    def up(self) -> None:
+        """Bring the testbed up bare, copy its desired state and apply it (exit 0 required)."""
+        signal.signal(signal.SIGTERM, _on_signal)
+        _live.add(self.name)
+        log(f"testbed {self.name}: up --bare --nodes {self.computes} --subnet {self.subnet}")
+        up = timed_run([str(TESTBED), "up", "--bare", "--nodes", str(self.computes), "--name", self.name,
+                        "--subnet", self.subnet], timeout=600)
+        if up.returncode != 0:
+            raise RuntimeError(f"testbed up failed:\n{up.tail()}")
+        source = Path(up.stdout.strip().splitlines()[-1])
+        shutil.copytree(source, self.desired)
+        cluster = self.desired / "cluster.yaml"
+        text = cluster.read_text()
+        marker = "  prolog: "
+        if "cgroup:" not in text and marker in text:
+            cluster.write_text(text.replace(marker, CGROUP_YAML + marker, 1))
+        log(f"testbed {self.name}: first apply (from bare)")
+        applied = timed_run(reconciler_argv("apply", str(self.desired), "--yes"), env=python_env(), timeout=900)
+        if applied.returncode != 0:
+            raise RuntimeError(f"first apply failed:\n{applied.tail(40)}")
+        log(f"testbed {self.name}: converged in {applied.seconds:.1f} s")
+
+    def down(self) -> None:
+        """Tear the testbed down and remove the work directory."""
+        _down(self.name)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> BenchTestbed:
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()
