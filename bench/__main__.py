@@ -1,13 +1,13 @@
 """`python -m bench`: every benchmark of issue 8 in one command; tables on stdout, files in bench/results/.
 
-Sections (`--sections`, default all but daemon):
+Sections (`--sections`, default all):
   noop    no-op reconcile on testbeds of N compute nodes + ctl: `reconciler plan` vs
           `ansible-playbook --check --diff` (bench/ansible/playbook.yml) over the same SSH
   change  one-line change applied (a partition's MaxTime): `reconciler apply --yes` vs ansible-playbook
           with a `scontrol reconfigure` handler
   scale   render + diff of 1,000 and 10,000 nodes against synthesised facts (pure CPU)
   nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
-  daemon  commit-to-applied latency of the daemon (issue 8 item 3): a hook, not built yet
+  daemon  commit-to-applied latency of the daemon, poll (Git) and watch (local dir) modes, on N nodes
 
 noop and change need root, the testbed's Debian packages and ansible-core (pip install -e '.[bench]');
 without them they are skipped with the reason. Writes bench.json, bench.md and bench.png to --out.
@@ -29,7 +29,7 @@ from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
 SECTIONS = ("noop", "change", "scale", "nccl", "daemon")
-DEFAULT_SECTIONS = "noop,change,scale,nccl"
+DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
 def _ints(text: str) -> list[int]:
