@@ -54,12 +54,11 @@ def test_bench_main_prints_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_m_bench_quick_sections(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m bench --sections scale,nccl,daemon` at small N: tables, JSON, markdown and PNG."""
-    assert bench_main(["--sections", "scale,nccl,daemon", "--sizes", "60,120", "--runs", "1",
+    """`python -m bench --sections scale,nccl` at small N: tables, JSON, markdown and PNG."""
+    assert bench_main(["--sections", "scale,nccl", "--sizes", "60,120", "--runs", "1",
                        "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Render and diff at scale" in out and "NCCL check cost" in out
-    assert "[daemon] skipped" in out  # issue 8 item 3 is a hook until someone builds it
     results = json.loads((tmp_path / "bench.json").read_text())
     assert [row["nodes"] for row in results["scale"]] == [62, 122]
     assert all(row["changes"] == 8 and row["changed_nodes"] == row["nodes"] - 1 for row in results["scale"])
@@ -184,3 +183,18 @@ def test_nccl_recording_imports_as_fixtures(tmp_path: Path) -> None:
     rows = {row["sweep"]: row for row in recorded(fixtures)}
     assert rows["full"]["gpu_s"] == pytest.approx(42.0) and rows["default"]["sizes"] == 4
     assert rows["full"]["args"] == "-b 8 -e 8G -f 2"
+
+
+def test_python_m_bench_daemon_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench --sections daemon --nodes 1 --runs 2`: a latency row per mode, from a real daemon."""
+    from bench.testbed import unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    assert bench_main(["--sections", "daemon", "--nodes", "1", "--runs", "2", "--no-plot",
+                       "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["daemon"]
+    assert [(r["mode"].split()[0], r["computes"]) for r in rows] == [("poll", 1), ("watch", 1)]
+    assert all(0 < v < 30 for r in rows for v in r["latency_runs_s"])
+    assert "Commit-to-applied latency of the daemon" in capsys.readouterr().out
