@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,14 +10,12 @@ import git
 import pytest
 
 from reconciler.engine.context import Context
-from reconciler.facts.models import ClusterFacts, FileFact, MountFact, NodeFacts, ServiceFact, SlurmNodeFact, StatFact
+from reconciler.facts import synthetic
+from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Secret
 from reconciler.forge.github import GitHubForge
-from reconciler.inventory import node_specs, slurm_nodes
 from reconciler.loader import LoadedState, load_dir
 from reconciler.prs import _MEMORY
-from reconciler.render import managed_files_for, render_file
-from reconciler.render.files import file_path
 from reconciler.source import describe_source
 from tests.engine.testbed_state import write_state
 from tests.forge.fake_github import FakeGitHub
@@ -140,29 +137,6 @@ def origin(tmp_path: Path) -> Origin:
     return repo
 
 
-def file_fact(content: str, mode: str = "0644") -> FileFact:
-    """A file as the remote script reports it."""
-    return FileFact(exists=True, sha256=hashlib.sha256(content.encode()).hexdigest(), mode=mode, owner="root",
-                    group="root", size=len(content), content=content)
-
-
 def converged_facts(loaded: LoadedState) -> ClusterFacts:
     """Facts of a cluster that already matches LOADED (no SSH): what gather would read after an apply."""
-    ctx = Context(loaded=loaded, source=describe_source(loaded.root, loaded.commit))
-    state = ctx.state
-    facts = ClusterFacts(controller=ctx.controller)
-    for name in node_specs(state):
-        node = NodeFacts(node=name, reachable=True, slurm_version="22.05.8")
-        for managed in managed_files_for(state, name):
-            node.files[file_path(state, managed)] = file_fact(render_file(state, name, managed, ctx.source))
-        for mount in state.storage.mounts:
-            node.mounts.append(MountFact(source=mount.source, mountpoint=mount.mountpoint, fstype="nfs", options=[]))
-        for patch in state.patches:
-            node.files[patch.path] = file_fact(patch.content or "", mode=patch.mode or "0644")
-        for image in state.images:
-            node.stats[image.path] = StatFact(exists=True, size=4096, mtime=1)
-        node.services = {s: ServiceFact(name=s, running=True) for s in ("munge", "slurmd", "slurmctld")}
-        facts.nodes[name] = node
-    for name in slurm_nodes(state):
-        facts.slurm_nodes[name] = SlurmNodeFact(name=name, state="IDLE")
-    return facts
+    return synthetic.converged_facts(Context(loaded=loaded, source=describe_source(loaded.root, loaded.commit)))

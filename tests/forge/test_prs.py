@@ -14,9 +14,10 @@ import structlog
 from reconciler.engine.plan import Change, Plan, SlurmActions
 from reconciler.engine.report import MARKER
 from reconciler.facts.models import ClusterFacts, JobFact
+from reconciler.facts.synthetic import file_fact
 from reconciler.forge.github import GitHubForge
 from reconciler.prs import PrPlan, PrReportResult, export_tree, render_pr_comment, report_pull_requests
-from tests.forge.conftest import SUBDIR, TOKEN, Origin, converged_facts, file_fact, run_git
+from tests.forge.conftest import SUBDIR, TOKEN, Origin, converged_facts, run_git
 from tests.forge.fake_github import FakeGitHub
 
 CLUSTER = f"{SUBDIR}/cluster.yaml"
