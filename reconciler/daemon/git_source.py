@@ -11,15 +11,10 @@ from pathlib import Path
 import git
 
 from reconciler.daemon.config import RepositoryConfig, SigningPolicy
+from reconciler.daemon.logs import redact_url_credentials
 
 GIT_TIMEOUT = 120
-_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.IGNORECASE)
 _VALIDSIG = re.compile(r"^\[GNUPG:\] VALIDSIG (?P<fpr>[0-9A-F]+)", re.MULTILINE)
-
-
-def redact(text: str) -> str:
-    """Remove credentials embedded in URLs (https://user:token@host -> https://***@host)."""
-    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
 
 
 @dataclass
@@ -83,7 +78,7 @@ class GitSource:
                                "--prune", kill_after_timeout=GIT_TIMEOUT)
             return FetchResult(repo.commit(self.remote_ref).hexsha)
         except (git.GitCommandError, git.exc.GitError, OSError, ValueError) as exc:
-            return FetchResult(self.last_known_head(), redact(_short_error(exc)))
+            return FetchResult(self.last_known_head(), redact_url_credentials(_short_error(exc)))
 
     def last_known_head(self) -> str | None:
         """The remote branch head from the last successful fetch, if any."""

@@ -18,9 +18,14 @@ _INLINE_SECRETS = re.compile(r"(?P<key>(?:token|password|secret)[=:]\s*)\S+|"
                              re.IGNORECASE)
 
 
+def redact_url_credentials(text: str) -> str:
+    """Remove credentials embedded in URLs (https://user:token@host -> https://***@host)."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
 def scrub(text: str) -> str:
     """Remove secrets from free text: URL credentials, `token=...`, bearer tokens, private keys."""
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}***@", text)
+    text = redact_url_credentials(text)
 
     def inline(match: re.Match[str]) -> str:
         if match.group("key"):

@@ -18,12 +18,12 @@ from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.store import Store
 from reconciler.engine.apply import ApplyOptions, ApplyResult
-from reconciler.engine.plan import Plan, SlurmActions
+from reconciler.engine.plan import Change, Plan, SlurmActions
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
-from reconciler.model import DesiredState, SSHDefaults
+from reconciler.model import DesiredState, SSHDefaults, parse_duration
 
 PENDING_SLURM = "pending_slurm"
 CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
@@ -81,13 +81,13 @@ class Reconciler:
 
     def _prs_due(self, now: float) -> bool:
         forge = self.config.forge
-        return bool(forge and self.source and now - self.last_pr_report >= _seconds(forge.interval))
+        return bool(forge and self.source and now - self.last_pr_report >= parse_duration(forge.interval))
 
     def next_wake(self, now: float) -> float:
         """Seconds until the next drift check, retry, or (at most CHECK_POLL later) health-check look."""
         times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
         if self.config.forge and self.source:
-            times.append(self.last_pr_report + _seconds(self.config.forge.interval))
+            times.append(self.last_pr_report + parse_duration(self.config.forge.interval))
         if self.state.retry_at:
             times.append(self.state.retry_at)
         if self.last_state is not None and (self.last_state.checks.node or self.last_state.checks.nccl):
@@ -260,9 +260,7 @@ class Reconciler:
                 applied = len(result.applied)
                 self.store.mark_healed(result.applied)
                 done = {id(c) for c in result.applied}
-                left = [c for c in plan.changing() if id(c) not in done]
-                self.metrics.set_drift(left, sorted(node_specs(target.loaded.state)),
-                                       sorted({c.driver for c in plan.changes} - {"ssh"}))
+                self._export_drift([c for c in plan.changing() if id(c) not in done], plan, target)
                 outcome, error = self._apply_outcome(result, plan, error)
                 if outcome == "applied":
                     self._mark_applied(target)
@@ -303,10 +301,13 @@ class Reconciler:
         for node, why in plan.unreachable.items():
             log.warning("node.unreachable", node=node, error=why)
         self.store.record_drift(run_id, target.commit, changing, pending_commit=not is_drift)
-        names = sorted(node_specs(target.loaded.state))
-        drivers = sorted({c.driver for c in plan.changes} - {"ssh"})
-        self.metrics.set_drift(changing, names, drivers)
+        self._export_drift(changing, plan, target)
         self.metrics.unreachable.set(len(plan.unreachable))
+
+    def _export_drift(self, changes: list[Change], plan: Plan, target: Target) -> None:
+        """Set the drifted-resources gauge: these changes, zeros for every other node and planned driver."""
+        drivers = sorted({c.driver for c in plan.changes} - {"ssh"})
+        self.metrics.set_drift(changes, sorted(node_specs(target.loaded.state)), drivers)
 
     def _run_checks(self, run: Reconcile, target: Target, names: list[str] | None, why: str, log: Any) -> None:
         """Run health checks over the run's SSH connections; record, export, drain/resume as they decide."""
@@ -388,7 +389,8 @@ class Reconciler:
                 self.state.failures = 0
             self.state.failures += 1
             self.state.failed_commit = commit
-            delay = min(_backoff(self.config, self.state.failures), float(_seconds(self.config.retry.max)))
+            backoff = parse_duration(self.config.retry.initial) * 2 ** (self.state.failures - 1)
+            delay = float(min(backoff, parse_duration(self.config.retry.max)))
             self.state.retry_at = time.time() + delay
             self.log.warning("run.retry_scheduled", commit=commit, attempt=self.state.failures, in_seconds=delay)
         elif outcome != "stopped":
@@ -399,16 +401,6 @@ class Reconciler:
         self.store.set("applied_commit", target.commit)
         self.store.set("applied_at", time.time())
         self.metrics.set_commit(self.metrics.applied_commit, target.commit, target.subject)
-
-
-def _seconds(value: str | int) -> int:
-    from reconciler.model import parse_duration
-
-    return parse_duration(value)
-
-
-def _backoff(config: DaemonConfig, failures: int) -> float:
-    return float(_seconds(config.retry.initial) * 2 ** (failures - 1))
 
 
 def _plan_problems(plan: Plan) -> str | None:

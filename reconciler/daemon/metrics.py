@@ -48,11 +48,8 @@ class Metrics:
         """Set the drifted-resource gauge for every node and driver (zeros included)."""
         tally = Tally((c.node, c.driver) for c in changes if c.changing)
         self.drifted.clear()
-        for node in nodes:
-            for driver in drivers:
-                self.drifted.labels(node=node, driver=driver).set(tally.get((node, driver), 0))
-        for (node, driver), count in tally.items():
-            self.drifted.labels(node=node, driver=driver).set(count)
+        for node, driver in {(n, d) for n in nodes for d in drivers} | tally.keys():
+            self.drifted.labels(node=node, driver=driver).set(tally.get((node, driver), 0))
 
     def set_commit(self, info: Info, commit: str | None, subject: str | None = None) -> None:
         """Set a commit info metric."""

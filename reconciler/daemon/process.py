@@ -160,10 +160,8 @@ class Daemon:
 
     def _source_text(self) -> str:
         if self.config.repository:
-            from reconciler.daemon.git_source import redact
-
             repo = self.config.repository
-            return f"{redact(repo.url)}#{repo.branch}" + (f":{repo.subdir}" if repo.subdir else "")
+            return f"{logs.redact_url_credentials(repo.url)}#{repo.branch}" + (f":{repo.subdir}" if repo.subdir else "")
         return f"watch {self.config.watch}"
 
     def _loop(self, reconciler: Reconciler, watcher: Watcher | None) -> None:

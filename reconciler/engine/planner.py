@@ -75,11 +75,16 @@ def slurm_actions(ctx: Context, plan: Plan) -> SlurmActions:
         actions.reasons += [r for r in consequence.reasons if r not in actions.reasons]
     _not_running(ctx, actions, compute, restart)
     actions.restart_slurmd = sorted(restart)
-    for node in actions.restart_slurmd:
+    _drain_first(ctx, actions, actions.restart_slurmd)
+    return actions
+
+
+def _drain_first(ctx: Context, actions: SlurmActions, nodes: list[str]) -> None:
+    """Nodes among these with running jobs are drained (and waited for) before slurmd restarts."""
+    for node in nodes:
         jobs = [j.job_id for j in ctx.facts.jobs_on(node)]
         if jobs:
             actions.drain_first[node] = jobs
-    return actions
 
 
 def _not_running(ctx: Context, actions: SlurmActions, compute: list[str], restart: set[str]) -> None:
@@ -109,7 +114,4 @@ def carry_over(ctx: Context, plan: Plan, pending: SlurmActions) -> None:
     actions.restart_slurmd = sorted(set(actions.restart_slurmd) | set(carried))
     if carried or pending.restart_slurmctld or pending.reconfigure:
         actions.reasons.append("Slurm steps left undone by an interrupted apply")
-    for node in carried:
-        jobs = [j.job_id for j in ctx.facts.jobs_on(node)]
-        if jobs:
-            actions.drain_first[node] = jobs
+    _drain_first(ctx, actions, carried)

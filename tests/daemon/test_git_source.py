@@ -13,7 +13,7 @@ import pytest
 
 from reconciler.daemon import logs
 from reconciler.daemon.config import DaemonConfig, RepositoryConfig, SigningPolicy
-from reconciler.daemon.git_source import GitSource, redact
+from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.store import Store
@@ -61,7 +61,7 @@ def test_unreachable_remote_keeps_last_head(remote: GitRemote, tmp_path: Path) -
 
 def test_subdir_and_credentials_redacted() -> None:
     """Tokens embedded in URLs never reach messages."""
-    assert redact("fatal: https://x-access-token:ghp_SECRET123@github.com/o/r.git") == \
+    assert logs.redact_url_credentials("fatal: https://x-access-token:ghp_SECRET123@github.com/o/r.git") == \
         "fatal: https://***@github.com/o/r.git"
     assert RepositoryConfig(url="u", subdir="clusters/a/").subdir == "clusters/a"
     with pytest.raises(ValueError, match="relative path"):
