@@ -155,15 +155,10 @@ class Store:
             f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         return [RunRecord(*row) for row in rows]
 
-    def last_run(self, outcomes: tuple[str, ...] | None = None) -> RunRecord | None:
-        """The newest run (with one of these outcomes)."""
-        if outcomes is None:
-            runs = self.runs(1)
-            return runs[0] if runs else None
-        marks = ",".join("?" * len(outcomes))
-        row = self.conn.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE outcome IN ({marks}) ORDER BY id DESC LIMIT 1", outcomes).fetchone()
-        return RunRecord(*row) if row else None
+    def last_run(self) -> RunRecord | None:
+        """The newest run."""
+        runs = self.runs(1)
+        return runs[0] if runs else None
 
     # ------------------------------------------------------------ drift
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonBed
-from tests.daemon.harness import REPO, git
+from tests.daemon.harness import REPO, DaemonProcess, git
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -49,17 +50,11 @@ def file_contents(d: DaemonBed) -> dict[tuple[str, str], str]:
     return {(node, path): d.bed.exec(node, f"cat {path}").stdout for node, paths in MANAGED.items() for path in paths}
 
 
-def scrape(daemon_config: dict[str, str]) -> str:
-    """GET /metrics."""
-    with urllib.request.urlopen(f"http://{daemon_config}/metrics", timeout=10) as response:
+def scrape(daemon: DaemonProcess) -> str:
+    """GET /metrics from the address in the daemon's config."""
+    listen = json.loads(daemon.config.read_text())["metrics_listen"]
+    with urllib.request.urlopen(f"http://{listen}/metrics", timeout=10) as response:
         return response.read().decode()
-
-
-def listen_of(daemon) -> str:  # type: ignore[no-untyped-def]
-    """The metrics address in a daemon's config."""
-    import json
-
-    return str(json.loads(daemon.config.read_text())["metrics_listen"])
 
 
 def test_first_start_configures_cluster_and_commit_latency(dbed: DaemonBed) -> None:
@@ -77,7 +72,7 @@ def test_first_start_configures_cluster_and_commit_latency(dbed: DaemonBed) -> N
         assert run["outcome"] == "applied" and run["trigger"] == "poll"
         apply_seconds = run["ended"] - run["started"]
         assert latency <= 2.0 + apply_seconds + 3.0, (latency, apply_seconds)
-        metrics = scrape(listen_of(daemon))
+        metrics = scrape(daemon)
     finally:
         assert daemon.stop() < 30
     # the metrics of issue #5, scraped from the running daemon
@@ -322,7 +317,7 @@ def test_scheduled_checks_drain_and_resume_with_metrics(dbed: DaemonBed) -> None
         assert "all_reduce busbw 118.6 < 330 GB/s" in reason("gpu02") and "DRAIN" not in reason("gpu01")
         failing = daemon.wait_for("failing check in status", lambda: daemon.status()["failing_checks"], timeout=30)
         assert [(c["check"], c["node"]) for c in failing] == [("nccl", "gpu02")]
-        metrics = scrape(listen_of(daemon))
+        metrics = scrape(daemon)
         assert 'reconciler_check_ok{check="nccl",node="gpu02"} 0.0' in metrics
         assert 'reconciler_check_ok{check="daemons",node="gpu01"} 1.0' in metrics
         assert re.search(r'reconciler_nccl_busbw_gbps\{check="nccl",node="gpu01"\} 363\.5', metrics), metrics
