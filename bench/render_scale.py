@@ -57,6 +57,8 @@ def write_desired_state(root: Path, nodes: int) -> None:
         "name": "scale",
         "slurm_version": "23.11",
         "controllers": ["login01"],
+        "slurm_conf": {"SlurmctldPort": 6817, "AuthType": "auth/munge", "SelectType": "select/cons_tres",
+                       "GresTypes": "gpu", "ReturnToService": 1},
         "node_sets": [
             {
                 "nodes": rack,

@@ -71,7 +71,7 @@ def launcher_of(state: DesiredState) -> NodeSpec:
     """Where sruns are started: the first node with the login role, else the primary controller."""
     specs = node_specs(state)
     logins = [spec for spec in specs.values() if spec.has_role("login")]
-    return logins[0] if logins else specs[state.cluster.controllers[0]]
+    return logins[0] if logins else specs[state.cluster.controller_names[0]]
 
 
 def _max_drains(total: int, fraction: float) -> int:
@@ -97,7 +97,7 @@ def check_run(loaded: LoadedState, transport: Transport, conn: sqlite3.Connectio
     state = loaded.state
     node_checks, nccl_checks = select_checks(state, names)
     specs = node_specs(state)
-    controller = specs[state.cluster.controllers[0]]
+    controller = specs[state.cluster.controller_names[0]]
     if conn is not None:
         store.ensure_schema(conn)
     outcome = CheckRun()

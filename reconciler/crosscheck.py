@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from reconciler import hostlist
-from reconciler.model import DesiredState
+from reconciler import params as slurm_params
+from reconciler.model import DesiredState, SlurmScalar
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -39,7 +40,7 @@ def _slurm(state: DesiredState, known: set[str]) -> Iterator[Problem]:
             in_set[name] = index
         if missing := _unknown(node_set.nodes, known):
             yield path, f"names nodes not in the inventory: {_names(missing)}"
-    for index, host in enumerate(cluster.controllers):
+    for index, host in enumerate(cluster.controller_names):
         if host not in known:
             yield ("cluster", "controllers", index), f"controller {host!r} is not in the inventory"
     defaults = [p.name for p in cluster.partitions if p.default]
@@ -105,6 +106,66 @@ def _others(state: DesiredState, known: set[str]) -> Iterator[Problem]:
                 yield ("checks", kind, index, "partition"), f"unknown partition {partition!r}"
 
 
+# Parameters whose value is one absolute path on the node (Slurm wants them fully qualified).
+PATH_PARAMS = frozenset({
+    "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile", "SlurmdLogFile",
+    "SlurmSchedLogFile", "Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld", "SrunProlog", "SrunEpilog",
+    "TaskProlog", "TaskEpilog", "HealthCheckProgram", "RebootProgram", "ResumeProgram", "SuspendProgram",
+    "ResumeFailProgram", "UnkillableStepProgram", "MailProg", "TmpFS", "JobCredentialPrivateKey",
+    "JobCredentialPublicCertificate",
+})
+
+
+def _param_problems(file: str, scope: str, family: str, values: dict[str, SlurmScalar],
+                    base: tuple[str | int, ...]) -> Iterator[Problem]:
+    for key, value in values.items():
+        try:
+            param = slurm_params.resolve(file, key, family, scope)
+            slurm_params.coerce(param, value)
+        except ValueError as exc:
+            yield (*base, key), str(exc)
+            continue
+        if param.name in PATH_PARAMS and not str(value).startswith("/"):
+            yield (*base, key), f"{param.name} must be an absolute path, got {value!r}"
+
+
+# Schema keys that render a slurm.conf parameter of the same name: setting both would write it twice.
+_TYPED_GLOBALS = {"Prolog": "prolog", "Epilog": "epilog", "HealthCheckProgram": "health_check",
+                  "HealthCheckInterval": "health_check", "HealthCheckNodeState": "health_check"}
+
+
+def _slurm_params(state: DesiredState) -> Iterator[Problem]:
+    """Every Slurm parameter exists in the cluster's Slurm version and has a value of its type."""
+    cluster = state.cluster
+    family = cluster.slurm_version
+    conf = ("cluster", "slurm_conf")
+    yield from _param_problems("slurm.conf", "global", family, cluster.slurm_conf.written(), conf)
+    for key in cluster.slurm_conf.written():
+        param = slurm_params.lookup("slurm.conf", key)
+        own = _TYPED_GLOBALS.get(param.name if param else key)
+        if own and getattr(cluster, own) is not None:
+            yield (*conf, key), f"{key} is also set by cluster.{own}: set it in one place"
+    if cluster.cgroup is not None:
+        yield from _param_problems("cgroup.conf", "global", family, cluster.cgroup.written(), ("cluster", "cgroup"))
+    for index, node_set in enumerate(cluster.node_sets):
+        yield from _param_problems("slurm.conf", "node", family, node_set.params,
+                                   ("cluster", "node_sets", index, "params"))
+    for index, part in enumerate(cluster.partitions):
+        yield from _param_problems("slurm.conf", "partition", family, part.params,
+                                   ("cluster", "partitions", index, "params"))
+    if cluster.gres is not None:
+        for index, line in enumerate(cluster.gres.lines):
+            yield from _param_problems("gres.conf", "line", family, line.params,
+                                       ("cluster", "gres", "lines", index, "params"))
+    gres_types = str(cluster.slurm_conf.get("GresTypes") or "").lower().split(",")
+    gpu_sets = [i for i, s in enumerate(cluster.node_sets)
+                if s.gpus or any(k.lower() == "gres" and str(v).startswith("gpu") for k, v in s.params.items())]
+    if gpu_sets and "gpu" not in gres_types:
+        yield ("cluster", "node_sets", gpu_sets[0]), (
+            "this node set has GPUs: set cluster.slurm_conf.GresTypes to a list holding gpu (slurm.conf needs it "
+            "and nothing is added for you)")
+
+
 def cross_check(state: DesiredState) -> list[Problem]:
     """Return every cross-reference problem as (key path, message)."""
     roles: dict[str, set[str]] = {}
@@ -112,4 +173,4 @@ def cross_check(state: DesiredState) -> list[Problem]:
         for name in hostlist.expand(entry.name):
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
-    return [*_inventory(state), *_slurm(state, known), *_storage(state, known, roles), *_others(state, known)]
+    return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles), *_others(state, known)]

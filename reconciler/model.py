@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reconciler import hostlist
+from reconciler import params as slurm_params
 
 SlurmScalar = str | int | float | bool
 
@@ -66,53 +67,87 @@ def parse_size(value: str | int) -> int:
 # ---------------------------------------------------------------- cluster / slurm.conf
 
 
-class SlurmConfParams(Strict):
-    """Global slurm.conf parameters: well-known keys typed, anything else under `extra`."""
+# slurm.conf keys that have a schema key of their own (or are lines of their own, not parameters).
+_OWN_KEYS = {"nodename": "cluster.node_sets", "partitionname": "cluster.partitions", "clustername": "cluster.name",
+             "slurmctldhost": "cluster.controllers", "controlmachine": "cluster.controllers",
+             "controladdr": "cluster.controllers (name(address))", "backupcontroller": "cluster.controllers",
+             "backupaddr": "cluster.controllers (name(address))", "nodeset": "the partitions' node lists",
+             "downnodes": "node_sets[].State", "include": "(files are merged into one)"}
 
-    SlurmctldPort: int | str = 6817
-    SlurmdPort: int = 6818
-    AuthType: str = "auth/munge"
-    CredType: str | None = None
-    SlurmUser: str = "slurm"
-    StateSaveLocation: AbsPath = "/var/lib/slurm/slurmctld"
-    SlurmdSpoolDir: AbsPath = "/var/lib/slurm/slurmd"
-    SlurmctldPidFile: AbsPath | None = None
-    SlurmdPidFile: AbsPath | None = None
-    SlurmctldLogFile: AbsPath | None = "/var/log/slurm/slurmctld.log"
-    SlurmdLogFile: AbsPath | None = "/var/log/slurm/slurmd.log"
-    SwitchType: str | None = None
-    MpiDefault: str | None = None
-    ProctrackType: str = "proctrack/cgroup"
-    TaskPlugin: str | None = "task/affinity,task/cgroup"
-    SelectType: str = "select/cons_tres"
-    SelectTypeParameters: str | None = "CR_Core_Memory"
-    SchedulerType: str | None = "sched/backfill"
-    GresTypes: str | None = None
-    ReturnToService: int = 1
-    SlurmdTimeout: int | None = None
-    SlurmctldTimeout: int | None = None
-    InactiveLimit: int | None = None
-    MinJobAge: int | None = None
-    KillWait: int | None = None
-    Waittime: int | None = None
-    JobAcctGatherType: str | None = None
-    AccountingStorageType: str | None = None
-    PrologFlags: str | None = None
-    SlurmdParameters: str | None = None
-    LaunchParameters: str | None = None
-    extra: dict[str, SlurmScalar] = Field(default_factory=dict, description="Any other slurm.conf key")
+
+def _param_key(file: str, scope: str) -> Any:
+    """An Annotated str type: a key of that file and scope, known to the parameter tables (any case)."""
+    def check(key: str) -> str:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.]*", key):
+            raise ValueError(f"not a {file} key: {key!r}")
+        if file == "slurm.conf" and scope == "global" and key.lower() in _OWN_KEYS:
+            raise ValueError(f"{key} is not set here: use {_OWN_KEYS[key.lower()]}")
+        slurm_params.resolve(file, key, None, scope)  # UnknownParameter (a ValueError) says "did you mean"
+        return key
+    return Annotated[str, AfterValidator(check)]
+
+
+SlurmConfKey = _param_key("slurm.conf", "global")
+CgroupConfKey = _param_key("cgroup.conf", "global")
+
+
+class ParamMap(BaseModel):
+    """Parameters written directly as keys, in the order written; `extra` for keys the tables do not know."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    FILE: ClassVar[str] = ""
+    extra: dict[str, SlurmScalar] = Field(
+        default_factory=dict, description="Site-specific plugin keys that no Slurm release documents")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            seen: dict[str, str] = {}
+            for key in data:
+                if key != "extra" and str(key).lower() in seen:
+                    raise ValueError(f"{key} and {seen[str(key).lower()]} are the same parameter (keys are "
+                                     f"case-insensitive, as in Slurm)")
+                seen[str(key).lower()] = str(key)
+        return data
 
     @field_validator("extra")
     @classmethod
     def _extra_keys(cls, value: dict[str, SlurmScalar]) -> dict[str, SlurmScalar]:
-        reserved = {"NodeName", "PartitionName", "ClusterName", "SlurmctldHost", "Prolog", "Epilog",
-                    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState"}
         for key in value:
-            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key):
-                raise ValueError(f"not a slurm.conf key: {key!r}")
-            if key in reserved:
-                raise ValueError(f"{key} is set by its own schema key, not under extra")
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.]*", key):
+                raise ValueError(f"not a {cls.FILE} key: {key!r}")
+            if slurm_params.lookup(cls.FILE, key) is not None:
+                raise ValueError(f"{key} is a known {cls.FILE} parameter: set it directly, not under extra")
         return value
+
+    def written(self) -> dict[str, SlurmScalar]:
+        """The known parameters as written (original spelling), in the order written."""
+        return dict(self.__pydantic_extra__ or {})
+
+    def items(self) -> list[tuple[str, SlurmScalar]]:
+        """Every parameter to render: known ones in Slurm's spelling and the order written, then `extra` sorted."""
+        known = [(_canonical(self.FILE, key), value) for key, value in self.written().items()]
+        return known + sorted(self.extra.items())
+
+    def get(self, name: str, default: SlurmScalar | None = None) -> SlurmScalar | None:
+        """A parameter's value by name (any case), or the default."""
+        for key, value in self.items():
+            if key.lower() == name.lower():
+                return value
+        return default
+
+
+def _canonical(file: str, key: str) -> str:
+    param = slurm_params.lookup(file, key)
+    return param.name if param else key
+
+
+class SlurmConfParams(ParamMap):
+    """Global slurm.conf parameters, written as keys (`MessageTimeout: 25`); nothing is rendered unless set."""
+
+    FILE: ClassVar[str] = "slurm.conf"
+    __pydantic_extra__: dict[SlurmConfKey, SlurmScalar] = Field(init=False)  # type: ignore[valid-type]
 
 
 class GPUs(Strict):
@@ -146,9 +181,9 @@ class Partition(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     nodes: Hostlist
-    default: bool = False
+    default: bool | None = Field(default=None, description="Default=YES (true) or Default=NO (false)")
     max_time: str | None = Field(default=None, alias="MaxTime", description="UNLIMITED or [d-]h:m:s / minutes")
-    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = Field(default="UP", alias="State")
+    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] | None = Field(default=None, alias="State")
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other PartitionName= parameters")
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
@@ -174,6 +209,7 @@ class GresLine(Strict):
     count: int | None = None
     cores: str | None = None
     links: str | None = None
+    params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other gres.conf line parameters")
 
     _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
 
@@ -185,16 +221,11 @@ class GresConf(Strict):
     lines: list[GresLine] = Field(default_factory=list)
 
 
-class CgroupConf(Strict):
-    """cgroup.conf parameters."""
+class CgroupConf(ParamMap):
+    """cgroup.conf parameters, written as keys (`ConstrainCores: true`), rendered in the order written."""
 
-    CgroupPlugin: str | None = None
-    ConstrainCores: bool | None = None
-    ConstrainDevices: bool | None = None
-    ConstrainRAMSpace: bool | None = None
-    ConstrainSwapSpace: bool | None = None
-    AllowedRAMSpace: float | None = None
-    extra: dict[str, SlurmScalar] = Field(default_factory=dict)
+    FILE: ClassVar[str] = "cgroup.conf"
+    __pydantic_extra__: dict[CgroupConfKey, SlurmScalar] = Field(init=False)  # type: ignore[valid-type]
 
 
 class HealthCheck(Strict):
@@ -214,7 +245,8 @@ class Cluster(Strict):
     slurm_version: Literal[SLURM_VERSION_FAMILIES] = Field(  # type: ignore[valid-type]
         description="Slurm version family; decides reconfigure vs restart"
     )
-    controllers: list[str] = Field(min_length=1, description="SlurmctldHost names, primary first")
+    controllers: list[str] = Field(min_length=1, description="SlurmctldHost entries, primary first: a node "
+                                   "name, or name(address)")
     slurm_conf: SlurmConfParams = Field(default_factory=SlurmConfParams)
     node_sets: list[NodeSet] = Field(default_factory=list)
     partitions: list[Partition] = Field(default_factory=list)
@@ -226,6 +258,19 @@ class Cluster(Strict):
     config_dir: AbsPath = Field(default="/etc/slurm", description="Where slurm.conf lives on every node")
 
     _abs = field_validator("prolog", "epilog", "config_dir")(lambda cls, v: v if v is None else _absolute(v))
+
+    @field_validator("controllers")
+    @classmethod
+    def _controllers(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+(\([A-Za-z0-9_.:-]+\))?", entry):
+                raise ValueError(f"a controller is a node name or name(address), got {entry!r}")
+        return value
+
+    @property
+    def controller_names(self) -> list[str]:
+        """The controllers' node names (any `(address)` removed), primary first."""
+        return [entry.split("(", 1)[0] for entry in self.controllers]
 
 
 # ---------------------------------------------------------------- inventory

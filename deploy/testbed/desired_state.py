@@ -113,14 +113,17 @@ def cluster_yaml(s: dict[str, Any]) -> str:
       CPUs: {s["cpus"]}
       RealMemory: {s["memory"]}
       gpus: {{count: {s["gpus"]}}}
+      State: UNKNOWN
   partitions:
     - name: debug
       nodes: {q(s["computes"])}
       default: true
       MaxTime: INFINITE
+      State: UP
     - name: batch
       nodes: {q(s["computes"])}
       MaxTime: "1-00:00:00"
+      State: UP
   gres:
     lines:
       - {{nodes: {q(s["computes"])}, name: gpu, file: "/dev/nvidia[0-{s["gpus"] - 1}]"}}

@@ -38,7 +38,7 @@ class Context:
     @property
     def controller(self) -> str:
         """The primary Slurm controller."""
-        return self.state.cluster.controllers[0]
+        return self.state.cluster.controller_names[0]
 
 
 NODE_INDEPENDENT = ("slurm.conf", "gres.conf", "cgroup.conf")

@@ -21,9 +21,9 @@ from reconciler.services import parse_status, status_command
 def services_for(ctx: Context, node: str) -> list[str]:
     """The services whose state the engine needs on a node."""
     names = []
-    if node in ctx.state.cluster.controllers:
+    if node in ctx.state.cluster.controller_names:
         names += ["munge", "slurmctld"]
-    if is_slurm_node(ctx.state, node) and node not in ctx.state.cluster.controllers:
+    if is_slurm_node(ctx.state, node) and node not in ctx.state.cluster.controller_names:
         names += ["munge"]
     if node in slurm_node_set(ctx.state):
         names.append("slurmd")

@@ -7,9 +7,8 @@ from reconciler.render.common import header, yes_no
 
 
 def render_cgroup_conf(cgroup: CgroupConf, source: str) -> str:
-    """Render cgroup.conf: known keys in schema order, then extra keys sorted."""
-    params = cgroup.model_dump(exclude={"extra"})
-    pairs = [*params.items(), *sorted(cgroup.extra.items())]
+    """Render cgroup.conf: parameters in the order written, then extra keys sorted."""
+    pairs = cgroup.items()
     lines = [header("cgroup.conf", source)]
     lines += [f"{key}={yes_no(value)}" for key, value in pairs if value is not None]
     return "\n".join(lines) + "\n"

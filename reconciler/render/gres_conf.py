@@ -18,5 +18,6 @@ def render_gres_conf(gres: GresConf, source: str) -> str:
             ("NodeName", nodes), ("Name", line.name), ("Type", line.type), ("File", line.file),
             ("Count", line.count), ("Cores", line.cores), ("Links", line.links),
         ]
+        pairs += sorted(line.params.items())
         lines.append(key_values(pairs))
     return "\n".join(lines) + "\n"

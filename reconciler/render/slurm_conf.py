@@ -8,13 +8,9 @@ from reconciler.render.common import SlurmValue, header, key_values, slurm_value
 
 
 def _global_params(cluster: Cluster) -> list[tuple[str, SlurmValue]]:
-    params = cluster.slurm_conf.model_dump(exclude={"extra"})
-    if params.get("GresTypes") is None and any(s.gpus for s in cluster.node_sets):
-        params["GresTypes"] = "gpu"
     pairs: list[tuple[str, SlurmValue]] = [("ClusterName", cluster.name)]
     pairs += [("SlurmctldHost", host) for host in cluster.controllers]
-    pairs += list(params.items())
-    pairs += sorted(cluster.slurm_conf.extra.items())
+    pairs += cluster.slurm_conf.items()
     pairs += [("Prolog", cluster.prolog), ("Epilog", cluster.epilog)]
     if cluster.health_check:
         check = cluster.health_check
@@ -46,7 +42,7 @@ def node_line(node_set: NodeSet) -> str:
         ("Weight", node_set.weight),
     ]
     pairs += sorted(node_set.params.items())
-    pairs.append(("State", node_set.state or "UNKNOWN"))
+    pairs.append(("State", node_set.state))
     return key_values(pairs)
 
 
@@ -55,7 +51,7 @@ def partition_line(part: Partition) -> str:
     pairs: list[tuple[str, SlurmValue]] = [
         ("PartitionName", part.name),
         ("Nodes", hostlist.compress(hostlist.expand(part.nodes))),
-        ("Default", "YES" if part.default else None),
+        ("Default", None if part.default is None else part.default),
         ("MaxTime", part.max_time),
     ]
     pairs += sorted(part.params.items())

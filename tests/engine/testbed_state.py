@@ -10,29 +10,43 @@ cluster:
   slurm_version: "22.05"
   controllers: [ctl]
   slurm_conf:
-    ProctrackType: proctrack/linuxproc
-    TaskPlugin: task/none
-    SelectTypeParameters: CR_Core
-    ReturnToService: 2
-    SlurmdParameters: config_overrides
+    SlurmctldPort: 6817
+    SlurmdPort: 6818
+    AuthType: auth/munge
+    SlurmUser: slurm
+    StateSaveLocation: /var/lib/slurm/slurmctld
+    SlurmdSpoolDir: /var/lib/slurm/slurmd
     SlurmctldPidFile: /run/slurmctld.pid
     SlurmdPidFile: /run/slurmd.pid
+    SlurmctldLogFile: /var/log/slurm/slurmctld.log
+    SlurmdLogFile: /var/log/slurm/slurmd.log
+    MpiDefault: none
+    ProctrackType: proctrack/linuxproc
+    TaskPlugin: task/none
+    SelectType: select/cons_tres
+    SelectTypeParameters: CR_Core
+    SchedulerType: sched/backfill
+    GresTypes: gpu
+    ReturnToService: 2
     SlurmdTimeout: 30
     JobAcctGatherType: jobacct_gather/none
-    MpiDefault: none
+    SlurmdParameters: config_overrides
   node_sets:
     - nodes: {computes}
       CPUs: 2
       RealMemory: {memory}
       gpus: {{count: 8}}
+      State: UNKNOWN
   partitions:
     - name: debug
       nodes: {computes}
       default: true
       MaxTime: "01:00:00"
+      State: UP
     - name: batch
       nodes: {computes}
       MaxTime: "04:00:00"
+      State: UP
   gres:
     lines:
       - {{nodes: "{computes}", name: gpu, file: "/dev/nvidia[0-7]"}}

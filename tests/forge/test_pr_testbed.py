@@ -67,7 +67,7 @@ def test_pr_touching_slurm_conf_lists_the_restart_and_the_running_job(
         # A PR changing a slurm.conf key that 22.05 only applies on restart.
         origin.branch("message-timeout")
         origin.edit(f"{SUBDIR}/cluster.yaml", "    MpiDefault: none\n",
-                    "    MpiDefault: none\n    extra: {MessageTimeout: 20}\n")
+                    "    MpiDefault: none\n    MessageTimeout: 20\n")
         sha = origin.commit("MessageTimeout 20")
         origin.push_pr(1, sha)
         fake.add_pull(1, sha, head_ref="message-timeout", title="Longer MessageTimeout")

@@ -21,7 +21,7 @@ from tests.forge.conftest import SUBDIR, TOKEN, Origin, converged_facts, run_git
 from tests.forge.fake_github import FakeGitHub
 
 CLUSTER = f"{SUBDIR}/cluster.yaml"
-RESTART_KEY = ("    MpiDefault: none\n", "    MpiDefault: none\n    extra: {MessageTimeout: 20}\n")
+RESTART_KEY = ("    MpiDefault: none\n", "    MpiDefault: none\n    MessageTimeout: 20\n")
 
 
 def report(origin: Origin, forge: GitHubForge, facts: ClusterFacts | None = None,

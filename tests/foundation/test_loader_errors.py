@@ -70,7 +70,7 @@ def test_four_planted_faults(example_copy: Path) -> None:
     expected = {
         ("cluster.yaml", plant(cluster, "    SlurmdPort: 6818\n", "    SlurmdPrt: 6818\n")): (
             "cluster.slurm_conf.SlurmdPrt",
-            "unknown key",
+            "did you mean SlurmdPort",
         ),
         ("cluster.yaml", plant(cluster, "      CPUs: 224\n", "      CPUs: lots\n")): (
             "cluster.node_sets[0].CPUs",
@@ -200,8 +200,8 @@ def test_tab_indentation(example_copy: Path) -> None:
         ),
         (
             "cluster.yaml",
-            "    AuthType: auth/munge\n",
-            "    StateSaveLocation: var/spool\n    AuthType: auth/munge\n",
+            "    StateSaveLocation: /var/lib/slurm/slurmctld\n",
+            "    StateSaveLocation: var/spool\n",
             "cluster.slurm_conf.StateSaveLocation",
         ),
     ],
