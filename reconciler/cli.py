@@ -173,8 +173,11 @@ def _register_daemon() -> None:
     """Attach the daemon commands (run, status, history)."""
     from reconciler.daemon.cli import COMMANDS
 
+    from reconciler.importer.cli import import_command
+
     for command in COMMANDS:
         main.add_command(command)
+    main.add_command(import_command)
 
 
 _register_daemon()

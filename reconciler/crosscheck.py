@@ -51,6 +51,8 @@ def _slurm(state: DesiredState, known: set[str]) -> Iterator[Problem]:
         if part.name in seen_parts:
             yield ("cluster", "partitions", index, "name"), f"duplicate partition {part.name!r}"
         seen_parts.add(part.name)
+        if part.nodes is None:
+            continue
         if missing := _unknown(part.nodes, known):
             yield ("cluster", "partitions", index, "nodes"), f"unknown nodes: {_names(missing)}"
         elif missing := [n for n in hostlist.expand(part.nodes) if n not in in_set]:

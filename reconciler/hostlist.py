@@ -34,6 +34,11 @@ def _items(expr: str) -> list[str]:
     return [item for item in items if item]
 
 
+def split_top_level(expr: str) -> list[str]:
+    """The comma-separated items of an expression (commas inside brackets kept), empty items dropped."""
+    return _items(expr)
+
+
 def _library(expr: str) -> list[str]:
     try:
         return list(_hostlist.expand_hostlist(expr, allow_duplicates=True))

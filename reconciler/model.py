@@ -180,13 +180,13 @@ class Partition(Strict):
     """A `PartitionName=` line."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    nodes: Hostlist
+    nodes: Hostlist | None = Field(default=None, description="None: a partition with no nodes (yet)")
     default: bool | None = Field(default=None, description="Default=YES (true) or Default=NO (false)")
     max_time: str | None = Field(default=None, alias="MaxTime", description="UNLIMITED or [d-]h:m:s / minutes")
     state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] | None = Field(default=None, alias="State")
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other PartitionName= parameters")
 
-    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+    _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
 
     @field_validator("max_time")
     @classmethod
@@ -206,7 +206,7 @@ class GresLine(Strict):
     name: str = "gpu"
     type: str | None = None
     file: str | None = Field(default=None, description="Device files, e.g. /dev/nvidia[0-7]")
-    count: int | None = None
+    count: int | str | None = Field(default=None, description="e.g. 8, or 10G for shards/MPS")
     cores: str | None = None
     links: str | None = None
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other gres.conf line parameters")
@@ -214,10 +214,20 @@ class GresLine(Strict):
     _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
 
 
+class DownNodes(Strict):
+    """A `DownNodes=` line: nodes Slurm starts in a down state, with the reason."""
+
+    nodes: Hostlist
+    state: str | None = Field(default=None, alias="State", description="DOWN, DRAIN, FAIL, FAILING or FUTURE")
+    reason: str | None = Field(default=None, alias="Reason")
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+
 class GresConf(Strict):
     """gres.conf: AutoDetect (e.g. nvml) and/or explicit lines."""
 
-    auto_detect: Literal["nvml", "rsmi", "oneapi", "nrt", "off"] | None = None
+    auto_detect: Literal["nvml", "nvidia", "rsmi", "oneapi", "nrt", "off"] | None = None
     lines: list[GresLine] = Field(default_factory=list)
 
 
@@ -250,6 +260,7 @@ class Cluster(Strict):
     slurm_conf: SlurmConfParams = Field(default_factory=SlurmConfParams)
     node_sets: list[NodeSet] = Field(default_factory=list)
     partitions: list[Partition] = Field(default_factory=list)
+    down_nodes: list[DownNodes] = Field(default_factory=list)
     gres: GresConf | None = None
     cgroup: CgroupConf | None = None
     prolog: AbsPath | None = None

@@ -77,3 +77,8 @@ def change_kind(file: str, key: str, family: str, scope: str = "global") -> str:
 def coerce(param: Param, value: object) -> object:
     """Check a value against the parameter's type."""
     return value
+
+
+def families(file: str = "slurm.conf") -> tuple[str, ...]:
+    """The Slurm release families the tables cover."""
+    return ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")

@@ -50,7 +50,7 @@ def partition_line(part: Partition) -> str:
     """A `PartitionName=` line."""
     pairs: list[tuple[str, SlurmValue]] = [
         ("PartitionName", part.name),
-        ("Nodes", hostlist.compress(hostlist.expand(part.nodes))),
+        ("Nodes", hostlist.compress(hostlist.expand(part.nodes)) if part.nodes else None),
         ("Default", None if part.default is None else part.default),
         ("MaxTime", part.max_time),
     ]
@@ -67,4 +67,8 @@ def render_slurm_conf(cluster: Cluster, source: str) -> str:
     lines += [node_line(s) for s in cluster.node_sets]
     lines.append("\n# Partitions")
     lines += [partition_line(p) for p in cluster.partitions]
+    if cluster.down_nodes:
+        lines.append("")
+        lines += [key_values([("DownNodes", hostlist.compress(hostlist.expand(d.nodes))), ("State", d.state),
+                              ("Reason", d.reason)]) for d in cluster.down_nodes]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,122 @@
+"""`reconciler import`: an existing cluster's Slurm and storage configuration as a desired-state directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from reconciler import params as slurm_params
+from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
+from reconciler.importer.sources import LocalFiles, RemoteFiles
+from reconciler.importer.storage import import_exports, import_fstab
+from reconciler.slurmconf import ConfSyntaxError, parse_text, read_tree
+
+__all__ = ["ImportProblem", "ImportResult", "import_files", "family_of"]
+
+
+@dataclass
+class ImportResult:
+    """The files written and what the admin should know about them."""
+
+    files: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    slurm_version: str | None = None
+
+
+def family_of(version: str | None) -> str | None:
+    """`22.05.8` -> `22.05`; None stays None."""
+    if not version:
+        return None
+    return ".".join(version.split(".")[:2])
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096
+    return yaml
+
+
+def _inventory(controllers: list[str], compute: list[str], storage_node: str | None) -> CommentedMap:
+    nodes = CommentedSeq()
+    names = [c.split("(", 1)[0] for c in controllers]
+    for name in dict.fromkeys(names):
+        entry = CommentedMap(name=name, host="{name}", roles=["controller"])
+        if name == storage_node:
+            entry["roles"].append("nfs-server")
+        nodes.append(entry)
+    for expr in compute:
+        nodes.append(CommentedMap(name=expr, host="{name}", roles=["compute"]))
+    if storage_node and storage_node not in names:
+        nodes.append(CommentedMap(name=storage_node, host="{name}", roles=["nfs-server"]))
+    doc = CommentedMap(nodes=nodes)
+    doc.yaml_set_start_comment(
+        "Inventory written by `reconciler import`: one entry per SlurmctldHost and per NodeName line.\n"
+        "Fill in how the login node reaches each node: `host` is a template ('{name}' is replaced),\n"
+        "plus `ssh:` (user, known_hosts, proxy_jump, service_manager) as README explains.")
+    return doc
+
+
+def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str | None,
+                 source: str) -> ImportResult:
+    """Convert the files that `files` reads and write cluster.yaml, nodes.yaml (and storage.yaml) into `out`."""
+    result = ImportResult()
+    family = family_of(slurm_version or files.slurm_version)
+    result.slurm_version = family
+    if family is not None and family not in slurm_params.families():
+        raise ImportProblem(source, 0, f"Slurm {family} is not one of the supported releases "
+                                       f"({', '.join(slurm_params.families())})")
+    config_dir = files.config_dir
+    try:
+        lines = read_tree(files.main("slurm.conf"), files.read)
+    except ConfSyntaxError as exc:
+        raise ImportProblem(exc.file, exc.line, str(exc).split(": ", 1)[-1]) from None
+    converted = convert_slurm(lines, family)
+    result.warnings += converted.warnings
+    cluster = converted.cluster
+    if config_dir != "/etc/slurm":
+        cluster["config_dir"] = config_dir
+    for name, key, convert in (("gres.conf", "gres", convert_gres), ("cgroup.conf", "cgroup", convert_cgroup)):
+        path = files.main(name)
+        text = files.read(path)
+        if text is None:
+            continue
+        try:
+            parsed = read_tree(path, files.read) if "include" in text.lower() else parse_text(text, path)[0]
+        except ConfSyntaxError as exc:
+            raise ImportProblem(exc.file, exc.line, str(exc).split(": ", 1)[-1]) from None
+        cluster[key] = convert(parsed, family, result.warnings)
+    if family is None:
+        result.warnings.append("the Slurm version is unknown: set cluster.slurm_version (or pass --slurm-version)")
+    out.mkdir(parents=True, exist_ok=True)
+    yaml = _yaml()
+    exports_text, fstab_text = files.storage()
+    storage = CommentedMap()
+    if exports_text:
+        exports = import_exports(exports_text, files.node_name)
+        if exports:
+            storage["exports"] = exports
+    if fstab_text:
+        mounts = import_fstab(fstab_text, files.node_name)
+        if mounts:
+            storage["mounts"] = mounts
+    docs = {"cluster.yaml": CommentedMap(cluster=cluster),
+            "nodes.yaml": _inventory(list(cluster["controllers"]), converted.compute,
+                                     files.node_name if "exports" in storage else None)}
+    docs["cluster.yaml"].yaml_set_start_comment(f"Imported by `reconciler import` from {source}.")
+    if storage:
+        docs["storage.yaml"] = CommentedMap(storage=storage)
+        docs["storage.yaml"].yaml_set_start_comment(
+            f"NFS exports and NFS/Lustre mounts of {files.node_name}, imported from {source}: widen `nodes` to\n"
+            "every node that mounts them.")
+    for name, doc in docs.items():
+        path = out / name
+        tmp = out / f".{name}.tmp"
+        with tmp.open("w", encoding="utf-8") as handle:
+            yaml.dump(doc, handle)
+        tmp.replace(path)
+        result.files.append(path)
+    return result

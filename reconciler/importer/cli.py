@@ -1,0 +1,76 @@
+"""The `reconciler import` command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from reconciler.importer import ImportProblem, import_files
+from reconciler.importer.sources import LocalFiles, RemoteFiles, parse_ssh_url
+from reconciler.loader import DesiredStateError, load_dir, yaml_files
+from reconciler.model import SSHDefaults
+
+
+@click.command(name="import")
+@click.argument("source")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Desired-state directory to write (cluster.yaml, nodes.yaml, storage.yaml).")
+@click.option("--config-dir", default="/etc/slurm", show_default=True, help="The node's Slurm config directory.")
+@click.option("--slurm-version", default=None, help="Release family, e.g. 23.11 (ssh: read from the node).")
+@click.option("--ssh-config", default=None, help="ssh_config file (as ssh.config in the desired state).")
+@click.option("--known-hosts", default=None, help="known_hosts file; host keys are checked, never added silently.")
+@click.option("--identity-file", default=None, help="Private key to log in with.")
+@click.option("--proxy-jump", default=None, help="Bastion, [user@]host[:port].")
+@click.option("--accept-new", is_flag=True, help="Trust a host key seen for the first time (accept-new).")
+@click.option("--force", is_flag=True, help="Overwrite YAML files already in --out.")
+def import_command(source: str, out_dir: str, config_dir: str, slurm_version: str | None, ssh_config: str | None,
+                   known_hosts: str | None, identity_file: str | None, proxy_jump: str | None, accept_new: bool,
+                   force: bool) -> None:
+    """Adopt an existing cluster: SOURCE is a directory of its Slurm files or ssh://[user@]host[:port]."""
+    out = Path(out_dir)
+    if out.is_dir() and yaml_files(out) and not force:
+        click.echo(f"error: {out} already holds YAML files; pass --force to overwrite them", err=True)
+        sys.exit(1)
+    try:
+        target = parse_ssh_url(source)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    files: LocalFiles | RemoteFiles
+    if target is None:
+        if not Path(source).is_dir():
+            click.echo(f"error: {source}: not a directory or ssh:// URL", err=True)
+            sys.exit(1)
+        files = LocalFiles(Path(source), config_dir)
+    else:
+        ssh = SSHDefaults(config=ssh_config, known_hosts=known_hosts, identity_file=identity_file,
+                          proxy_jump=proxy_jump, host_key_policy="accept-new" if accept_new else "reject",
+                          **({"user": target.user} if target.user else {}))
+        try:
+            files = RemoteFiles(target, config_dir, ssh, Path.cwd())
+        except (ConnectionError, ValueError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+    try:
+        result = import_files(files, out, slurm_version, source)
+    except (ImportProblem, ConnectionError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        click.echo("nothing was written.", err=True)
+        sys.exit(1)
+    finally:
+        if isinstance(files, RemoteFiles):
+            files.close()
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {', '.join(str(p) for p in result.files)}")
+    try:
+        load_dir(out)
+    except DesiredStateError as exc:
+        for error in exc.errors:
+            click.echo(f"error: {error}", err=True)
+        click.echo(f"{out}: the import does not validate yet ({len(exc.errors)} error(s)); fix them above",
+                   err=True)
+        sys.exit(1)
+    click.echo(f"{out}: valid; fill in the inventory's `host` and `ssh:` settings, then `reconciler plan {out}`")
