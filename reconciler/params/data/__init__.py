@@ -1,0 +1,1 @@
+"""Generated parameter tables (JSON); see ../README.md."""

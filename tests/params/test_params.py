@@ -1,0 +1,210 @@
+"""The Slurm parameter tables: lookup, did-you-mean, version checks, change kinds, value types."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler import params
+from reconciler.model import SLURM_VERSION_FAMILIES
+from reconciler.params import ParameterNotInVersion, UnknownParameter, change_kind, coerce, lookup, resolve
+
+ALL = params.families("slurm.conf")
+
+# The decisions drivers/slurm_consequences.py hard-coded before it read these tables (main at f16b265), kept here
+# verbatim so the comparison outlives the lists there.
+ALWAYS_RESTART = frozenset({
+    "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes", "CredType",
+    "SlurmUser", "SlurmdUser", "StateSaveLocation", "SlurmdSpoolDir", "PluginDir", "ClusterName",
+    "SlurmctldParameters", "CommunicationParameters",
+})
+RESTART_BEFORE_23_11 = frozenset({
+    "SelectType", "SelectTypeParameters", "SwitchType", "ProctrackType", "TaskPlugin", "GresTypes",
+    "JobAcctGatherType", "JobAcctGatherParams", "AccountingStorageType", "AccountingStorageHost",
+    "JobCompType", "MpiDefault", "PrologFlags", "LaunchParameters", "SlurmdParameters", "TopologyPlugin",
+    "PriorityType", "SchedulerType", "PreemptType", "SlurmctldPidFile", "SlurmdPidFile", "TreeWidth",
+    "KeepAliveTime", "MessageTimeout",
+})
+NODE_RESTART_KEYS = frozenset({"CPUs", "Boards", "Sockets", "SocketsPerBoard", "CoresPerSocket",
+                               "ThreadsPerCore", "RealMemory", "Gres", "CpuSpecList", "MemSpecLimit"})
+
+
+def test_the_tables_cover_the_models_families() -> None:
+    for file in params.FILES:
+        assert params.families(file) == SLURM_VERSION_FAMILIES
+        assert all(tag.startswith("slurm-" + f.replace(".", "-") + "-") for f, tag in params.source_tags(file).items())
+
+
+@pytest.mark.parametrize("spelling", ["MessageTimeout", "messagetimeout", "MESSAGETIMEOUT", "mEsSaGeTiMeOuT"])
+def test_lookup_ignores_case_and_returns_the_canonical_name(spelling: str) -> None:
+    param = lookup("slurm.conf", spelling)
+    assert param is not None and param.name == "MessageTimeout"
+    assert param.type == "int" and param.families == ALL and not param.deprecated
+
+
+@pytest.mark.parametrize(("file", "scope", "key", "name"), [
+    ("slurm.conf", "node", "realmemory", "RealMemory"),
+    ("slurm.conf", "partition", "maxtime", "MaxTime"),
+    ("slurm.conf", "nodeset", "feature", "Feature"),
+    ("gres.conf", "line", "FILE", "File"),
+    ("gres.conf", "global", "autodetect", "AutoDetect"),
+    ("cgroup.conf", "global", "constrainramspace", "ConstrainRAMSpace"),
+])
+def test_lookup_per_file_and_scope(file: str, scope: str, key: str, name: str) -> None:
+    param = lookup(file, key, scope)
+    assert param is not None and (param.name, param.file, param.scope) == (name, file, scope)
+
+
+def test_scopes_are_separate() -> None:
+    assert lookup("slurm.conf", "RealMemory") is None  # a node key, not a global one
+    assert lookup("slurm.conf", "MaxTime", "node") is None
+    assert lookup("slurm.conf", "Nodes", "partition") is not None
+
+
+def test_unknown_key_gets_did_you_mean() -> None:
+    with pytest.raises(UnknownParameter, match=r"unknown slurm.conf parameter 'MesageTimeout' \(did you mean MessageTimeout\?\)"):
+        resolve("slurm.conf", "MesageTimeout", "22.05")
+    assert params.suggestions("slurm.conf", "MesageTimeout")[0] == "MessageTimeout"
+    with pytest.raises(UnknownParameter, match=r"unknown slurm.conf node parameter 'RealMemroy' \(did you mean RealMemory\?\)"):
+        resolve("slurm.conf", "RealMemroy", "22.05", scope="node")
+    with pytest.raises(UnknownParameter) as info:
+        resolve("slurm.conf", "Xyzzy", None)
+    assert "did you mean" not in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_key_added_after_22_05_is_refused_for_22_05_naming_its_first_release() -> None:
+    param = lookup("slurm.conf", "MaxBatchRequeue")
+    assert param is not None and param.families[0] == "23.02"
+    with pytest.raises(ParameterNotInVersion, match=r"MaxBatchRequeue is not a slurm.conf parameter in Slurm 22.05 \(first in 23.02\)"):
+        resolve("slurm.conf", "maxbatchrequeue", "22.05")
+    assert resolve("slurm.conf", "maxbatchrequeue", "23.02").name == "MaxBatchRequeue"
+
+
+def test_a_removed_key_is_refused_naming_the_release_that_dropped_it() -> None:
+    assert lookup("slurm.conf", "SlurmctldPlugstack").families[-1] == "22.05"  # type: ignore[union-attr]
+    with pytest.raises(ParameterNotInVersion, match=r"SlurmctldPlugstack is not a slurm.conf parameter in Slurm 24.05 \(removed in 23.02\)"):
+        resolve("slurm.conf", "SlurmctldPlugstack", "24.05")
+    resolve("slurm.conf", "SlurmctldPlugstack", "22.05")
+
+
+def test_defunct_keys_are_deprecated_and_not_in_the_families_that_ignore_them() -> None:
+    param = lookup("slurm.conf", "ExtSensorsType")  # 23.11+ parse it only to log "defunct"
+    assert param is not None and param.deprecated and param.families[-1] == "23.02"
+    with pytest.raises(ParameterNotInVersion, match="removed in 23.11"):
+        resolve("slurm.conf", "ExtSensorsType", "25.05")
+    sdc = lookup("slurm.conf", "SallocDefaultCommand")  # every release's parser stops with fatal()
+    assert sdc is not None and sdc.families == () and sdc.deprecated
+    with pytest.raises(ParameterNotInVersion):
+        resolve("slurm.conf", "SallocDefaultCommand", "22.05")
+
+
+def test_undocumented_aliases_are_known_and_flagged_deprecated() -> None:
+    for key in ("ControlMachine", "FastSchedule"):
+        param = lookup("slurm.conf", key)
+        assert param is not None and param.deprecated
+    control = lookup("slurm.conf", "ControlMachine")
+    assert control is not None and control.families == ALL and "22.05" in control.documented
+    assert "25.05" not in control.documented
+
+
+def test_no_version_check_without_a_family_or_outside_the_tables() -> None:
+    assert resolve("slurm.conf", "MaxBatchRequeue", None).name == "MaxBatchRequeue"
+    assert resolve("slurm.conf", "MaxBatchRequeue", "19.05").name == "MaxBatchRequeue"
+
+
+# ---------------------------------------------------------------- change kinds
+
+def test_curated_decisions_reproduce_the_consequence_lists() -> None:
+    """ALWAYS_RESTART, RESTART_BEFORE_23_11 and NODE_RESTART_KEYS of drivers/slurm_consequences.py."""
+    for key in ALWAYS_RESTART:
+        for family in lookup("slurm.conf", key).families:  # type: ignore[union-attr]
+            assert change_kind("slurm.conf", key, family) == "restart_all", (key, family)
+    for key in RESTART_BEFORE_23_11:
+        for family in lookup("slurm.conf", key).families:  # type: ignore[union-attr]
+            before = tuple(map(int, family.split("."))) < (23, 11)
+            assert change_kind("slurm.conf", key, family) == ("restart_all" if before else "reconfigure"), (key, family)
+    for key in NODE_RESTART_KEYS:
+        for family in lookup("slurm.conf", key, "node").families:  # type: ignore[union-attr]
+            assert change_kind("slurm.conf", key, family, "node") == "restart_slurmd", (key, family)
+
+
+def test_every_curated_key_is_a_real_parameter() -> None:
+    for key in ALWAYS_RESTART | RESTART_BEFORE_23_11:
+        assert lookup("slurm.conf", key) is not None, key
+    for key in NODE_RESTART_KEYS:
+        assert lookup("slurm.conf", key, "node") is not None, key
+
+
+@pytest.mark.parametrize(("file", "key", "family", "scope", "kind", "source"), [
+    # the man pages of 21.08 to 23.02 say "A restart of slurmctld is required"; 23.11 dropped the note
+    ("slurm.conf", "MaxJobCount", "22.05", "global", "restart_slurmctld", "man"),
+    ("slurm.conf", "MaxJobCount", "23.11", "global", "reconfigure", "default"),
+    ("slurm.conf", "CoreSpecPlugin", "22.05", "global", "restart_slurmd", "man"),
+    ("slurm.conf", "SchedulerParameters", "22.05", "global", "reconfigure", "default"),  # note is on one sub-option
+    ("slurm.conf", "GresTypes", "22.05", "global", "restart_all", "man+curated"),
+    ("gres.conf", "Cores", "22.05", "line", "restart_all", "man+curated"),  # slurmctld (man) + slurmd (curated)
+    ("gres.conf", "Count", "25.05", "line", "restart_slurmd", "curated"),
+    ("cgroup.conf", "ConstrainCores", "23.11", "global", "restart_slurmd", "curated"),
+    ("slurm.conf", "NodeName", "24.05", "node", "restart_all", "curated"),
+    ("slurm.conf", "NodeName", "24.11", "node", "reconfigure", "default"),
+])
+def test_change_kinds_and_their_provenance(file: str, key: str, family: str, scope: str, kind: str, source: str) -> None:
+    assert change_kind(file, key, family, scope) == kind
+    assert params.change_source(file, key, family, scope)[0] == source
+
+
+def test_every_parameter_has_one_valid_change_kind_per_family() -> None:
+    for file in params.FILES:
+        for scope in params.scopes(file):
+            for param in params.parameters(file, scope):
+                for family in param.families:
+                    assert change_kind(file, param.name, family, scope) in params.KINDS
+
+
+def test_change_kind_refuses_a_key_the_family_lacks() -> None:
+    with pytest.raises(ParameterNotInVersion):
+        change_kind("slurm.conf", "MaxBatchRequeue", "22.05")
+
+
+# ---------------------------------------------------------------- value types
+
+@pytest.mark.parametrize(("key", "scope", "value"), [
+    ("MessageTimeout", "global", 10), ("MessageTimeout", "global", "10"), ("MessageTimeout", "global", "UNLIMITED"),
+    ("MaxJobCount", "global", "10k"), ("RealMemory", "node", 2000000), ("Default", "partition", "YES"),
+    ("Default", "partition", True), ("Hidden", "partition", "no"), ("ReturnToService", "global", "0x2"),
+    ("SelectType", "global", "select/cons_tres"), ("MaxTime", "partition", "2-00:00:00"),
+])
+def test_coerce_accepts_what_slurm_parses(key: str, scope: str, value: object) -> None:
+    param = lookup("slurm.conf", key, scope)
+    assert param is not None
+    assert coerce(param, value) == value
+
+
+@pytest.mark.parametrize(("key", "scope", "value", "message"), [
+    ("MessageTimeout", "global", "abc", "MessageTimeout is an integer"),
+    ("MessageTimeout", "global", 70000, "between 0 and 65535"),
+    ("MessageTimeout", "global", "10k", "MessageTimeout is an integer"),  # K suffix: 32/64-bit keys only
+    ("MessageTimeout", "global", -1, "between 0 and 65535"),
+    ("MessageTimeout", "global", True, "is an integer"),
+    ("Default", "partition", "maybe", "Default is yes/no"),
+    ("RealMemory", "node", [1, 2], "single int value"),
+])
+def test_coerce_refuses_what_slurm_would_not_parse(key: str, scope: str, value: object, message: str) -> None:
+    param = lookup("slurm.conf", key, scope)
+    assert param is not None
+    with pytest.raises(ValueError, match=message):
+        coerce(param, value)
+
+
+def test_float_keys_of_cgroup_conf() -> None:
+    param = lookup("cgroup.conf", "AllowedRAMSpace")
+    assert param is not None and param.type == "float"
+    assert coerce(param, "101.5") == "101.5"
+    with pytest.raises(ValueError, match="AllowedRAMSpace is a number"):
+        coerce(param, "lots")
+
+
+def test_type_of_a_family_where_it_differs() -> None:
+    """SuspendTime was an integer on partition lines in 21.08 and a string (NONE/INFINITE/...) since 22.05."""
+    assert resolve("slurm.conf", "SuspendTime", "21.08", "partition").type == "int"
+    assert resolve("slurm.conf", "SuspendTime", "22.05", "partition").type == "string"
