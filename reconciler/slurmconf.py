@@ -114,10 +114,8 @@ def parse_text(text: str, file: str = "-") -> tuple[list[ConfLine], list[str], l
 
 
 def _block(comments: list[str]) -> list[str]:
-    """The comment lines that belong to the next line: those after the last blank line."""
-    if "" in comments:
-        comments = comments[len(comments) - comments[::-1].index(""):]
-    return list(comments)
+    """The comment lines above the next line (blank-line separators dropped)."""
+    return [c for c in comments if c]
 
 
 Reader = Callable[[str], str | None]

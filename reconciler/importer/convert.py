@@ -51,12 +51,24 @@ def scalar(value: str) -> str | int:
     return int(value) if re.fullmatch(r"0|[1-9]\d{0,17}", value) else value
 
 
-def _comment(target: CommentedMap | CommentedSeq, key: Any, line: ConfLine, indent: int) -> None:
-    text = "\n".join(c for c in line.comments if c is not None)
-    if text.strip():
-        target.yaml_set_comment_before_after_key(key, before=text, indent=indent)
-    if line.trailing:
-        target.yaml_add_eol_comment(line.trailing, key)
+class _Comments:
+    """Comments of source lines waiting for the next YAML key that can hold them."""
+
+    def __init__(self) -> None:
+        self.pending: list[str] = []
+
+    def hold(self, line: ConfLine) -> None:
+        """Keep a line's comments for the next key (its own line has no key of its own)."""
+        self.pending += line.comments + ([line.trailing] if line.trailing else [])
+
+    def put(self, target: CommentedMap | CommentedSeq, key: Any, line: ConfLine, indent: int) -> None:
+        """Attach the waiting comments and the line's own above `key`, and its trailing comment after it."""
+        lines = self.pending + line.comments
+        self.pending = []
+        if lines:
+            target.yaml_set_comment_before_after_key(key, before="\n".join(lines), indent=indent)
+        if line.trailing:
+            target.yaml_add_eol_comment(line.trailing, key)
 
 
 def _known(file: str, key: str, scope: str, family: str | None, line: ConfLine,
@@ -92,6 +104,7 @@ class _SlurmConf:
         self.nodesets: dict[str, list[str]] = {}
         self.node_features: dict[str, list[str]] = {}
         self.warnings: list[str] = []
+        self.comments = _Comments()
 
     def line(self, line: ConfLine) -> None:
         kind = line.kind
@@ -107,6 +120,8 @@ class _SlurmConf:
 
     def global_pair(self, line: ConfLine, key: str, value: str) -> None:
         low = key.lower()
+        if line.pairs[0][0] == key and (low == "clustername" or low in _CONTROLLER or low in _ADDRESS):
+            self.comments.hold(line)
         if low == "clustername":
             self.name = value
         elif low in _CONTROLLER:
@@ -124,12 +139,13 @@ class _SlurmConf:
             target[name] = scalar(value)
             self.where[name] = f"{line.file}:{line.line}"
             if line.pairs[0][0] == key:
-                _comment(target, name, line, 4)
+                self.comments.put(target, name, line, 4)
 
     def node(self, line: ConfLine) -> None:
         params = dict(line.pairs[1:])
         if line.value.upper() == "DEFAULT":
             self.node_default.update(params)
+            self.comments.hold(line)
             return
         merged = {**{k: v for k, v in self.node_default.items() if k.lower() not in ("nodeaddr", "nodehostname")},
                   **params}
@@ -167,9 +183,10 @@ class _SlurmConf:
         if rest:
             entry["params"] = rest
         self.node_sets.append(entry)
-        _comment(self.node_sets, len(self.node_sets) - 1, line, 4)
+        self.comments.put(self.node_sets, len(self.node_sets) - 1, line, 4)
 
     def nodeset(self, line: ConfLine) -> None:
+        self.comments.hold(line)
         params = {k.lower(): v for k, v in line.pairs[1:]}
         if "feature" in params:
             self.nodesets[line.value] = [n for n, f in self.node_features.items() if params["feature"] in f]
@@ -182,6 +199,7 @@ class _SlurmConf:
         params = dict(line.pairs[1:])
         if line.value.upper() == "DEFAULT":
             self.part_default.update(params)
+            self.comments.hold(line)
             return
         merged = {**self.part_default, **params}
         entry = CommentedMap(name=line.value)
@@ -208,9 +226,10 @@ class _SlurmConf:
         if rest:
             entry["params"] = rest
         self.partitions.append(entry)
-        _comment(self.partitions, len(self.partitions) - 1, line, 4)
+        self.comments.put(self.partitions, len(self.partitions) - 1, line, 4)
 
     def down_nodes(self, line: ConfLine) -> None:
+        self.comments.hold(line)
         entry = CommentedMap(nodes=hostlist.compress(hostlist.expand(line.value)))
         for key, value in line.pairs[1:]:
             if key.lower() not in ("state", "reason"):
@@ -258,10 +277,12 @@ def convert_gres(lines: list[ConfLine], family: str | None, warnings: list[str])
     """The `gres:` mapping of gres.conf lines."""
     gres = CommentedMap()
     items = CommentedSeq()
+    comments = _Comments()
     for line in lines:
         pairs = {k.lower(): (k, v) for k, v in line.pairs}
         if set(pairs) == {"autodetect"}:
             gres["auto_detect"] = pairs["autodetect"][1].lower()
+            comments.put(gres, "auto_detect", line, 4)
             continue
         entry = CommentedMap()
         rest = CommentedMap()
@@ -278,7 +299,7 @@ def convert_gres(lines: list[ConfLine], family: str | None, warnings: list[str])
         if rest:
             entry["params"] = rest
         items.append(entry)
-        _comment(items, len(items) - 1, line, 6)
+        comments.put(items, len(items) - 1, line, 6)
     if items:
         gres["lines"] = items
     return gres
@@ -288,12 +309,13 @@ def convert_cgroup(lines: list[ConfLine], family: str | None, warnings: list[str
     """The `cgroup:` mapping of cgroup.conf lines, in their order."""
     cgroup = CommentedMap()
     extra = CommentedMap()
+    comments = _Comments()
     for line in lines:
         for key, value in line.pairs:
             name = _known("cgroup.conf", key, "global", family, line, warnings)
             (cgroup if name else extra)[name or key] = scalar(value)
             if name and line.pairs[0][0] == key:
-                _comment(cgroup, name, line, 4)
+                comments.put(cgroup, name, line, 4)
     if extra:
         cgroup["extra"] = extra
     return cgroup
