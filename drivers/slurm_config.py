@@ -9,6 +9,7 @@ from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.render import managed_files_for
 from reconciler.render.files import file_path
+from reconciler.slurmconf import same_meaning, same_pairs
 
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
 
@@ -36,5 +37,6 @@ class SlurmConfigDriver:
             path = file_path(ctx.state, name)
             desired = shared_render(ctx, node, name)
             changes.append(file_change(self.name, node, path, facts.files.get(path), desired,
-                                       phase=self.phase, ignore_header=True))
+                                       phase=self.phase, ignore_header=True,
+                                       equivalent=same_meaning if name == "slurm.conf" else same_pairs))
         return changes

@@ -8,24 +8,20 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from reconciler import hostlist
+from reconciler import params as slurm_params
 
-# Never applied by reconfigure, in any version (listening ports, auth, where state lives).
-ALWAYS_RESTART = frozenset({
-    "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes", "CredType",
-    "SlurmUser", "SlurmdUser", "StateSaveLocation", "SlurmdSpoolDir", "PluginDir", "ClusterName",
-    "SlurmctldParameters", "CommunicationParameters",
-})
-# Before 23.11, `scontrol reconfigure` left these unapplied until the daemons restarted.
-RESTART_BEFORE_23_11 = frozenset({
-    "SelectType", "SelectTypeParameters", "SwitchType", "ProctrackType", "TaskPlugin", "GresTypes",
-    "JobAcctGatherType", "JobAcctGatherParams", "AccountingStorageType", "AccountingStorageHost",
-    "JobCompType", "MpiDefault", "PrologFlags", "LaunchParameters", "SlurmdParameters", "TopologyPlugin",
-    "PriorityType", "SchedulerType", "PreemptType", "SlurmctldPidFile", "SlurmdPidFile", "TreeWidth",
-    "KeepAliveTime", "MessageTimeout",
-})
-# Keys of a NodeName= line that slurmd reads at start (hardware and GRES).
-NODE_RESTART_KEYS = frozenset({"CPUs", "Boards", "Sockets", "SocketsPerBoard", "CoresPerSocket",
-                               "ThreadsPerCore", "RealMemory", "Gres", "CpuSpecList", "MemSpecLimit"})
+RESTARTS_SLURMCTLD = frozenset({"restart_slurmctld", "restart_all"})
+RESTARTS_SLURMD = frozenset({"restart_slurmd", "restart_all"})
+
+
+def change_kind(key: str, family: str, scope: str = "global") -> str:
+    """What a change of a slurm.conf key needs in this release family, from the parameter tables.
+
+    Keys the tables do not know (site plugin keys under `extra`) are taken at `scontrol reconfigure`.
+    """
+    if slurm_params.lookup("slurm.conf", key, scope) is None:
+        return "reconfigure"
+    return slurm_params.change_kind("slurm.conf", key, family, scope)
 
 
 def version_tuple(family: str) -> tuple[int, int]:
@@ -106,24 +102,34 @@ def slurm_conf_consequence(before: str | None, after: str, family: str) -> Conse
     if not changed and old.nodes == new.nodes and old.partitions == new.partitions:
         return result
     result.reconfigure = True
-    restart_keys = set(changed & ALWAYS_RESTART)
-    if version < (23, 11):
-        restart_keys |= changed & RESTART_BEFORE_23_11
-    if restart_keys:
-        result.restart_slurmctld = result.restart_all_slurmd = True
-        result.reasons.append(f"{', '.join(sorted(restart_keys))} changed (needs restart in {family})")
-    if set(old.nodes) != set(new.nodes) and version < (24, 11):
-        result.restart_slurmctld = result.restart_all_slurmd = True
-        added, removed = set(new.nodes) - set(old.nodes), set(old.nodes) - set(new.nodes)
-        result.reasons.append(f"nodes added/removed ({hostlist.compress(added | removed)}) need restarts "
-                              f"before 24.11")
+    kinds = {key: change_kind(key, family) for key in sorted(changed)}
+    ctld = [k for k, kind in kinds.items() if kind in RESTARTS_SLURMCTLD]
+    slurmd = [k for k, kind in kinds.items() if kind in RESTARTS_SLURMD]
+    both = [k for k in ctld if k in slurmd]
+    result.restart_slurmctld = bool(ctld)
+    result.restart_all_slurmd = bool(slurmd)
+    if both:
+        result.reasons.append(f"{', '.join(both)} changed (needs restart in {family})")
+    if only := [k for k in ctld if k not in both]:
+        result.reasons.append(f"{', '.join(only)} changed (needs a slurmctld restart in {family})")
+    if only := [k for k in slurmd if k not in both]:
+        result.reasons.append(f"{', '.join(only)} changed (needs slurmd restarts in {family})")
+    if set(old.nodes) != set(new.nodes):
+        kind = change_kind("NodeName", family, "node")
+        result.restart_slurmctld |= kind in RESTARTS_SLURMCTLD
+        result.restart_all_slurmd |= kind in RESTARTS_SLURMD
+        if kind != "reconfigure":
+            added, removed = set(new.nodes) - set(old.nodes), set(old.nodes) - set(new.nodes)
+            result.reasons.append(f"nodes added/removed ({hostlist.compress(added | removed)}) need restarts "
+                                  f"in {family}")
     return result
 
 
-def node_definition_changed(before: str | None, after: str, node: str) -> bool:
+def node_definition_changed(before: str | None, after: str, node: str, family: str) -> bool:
     """True when the node's own hardware/GRES definition changed (slurmd must restart to see it)."""
     if before is None:
         return False
     old = _parsed(before).nodes.get(node, {})
     new = _parsed(after).nodes.get(node, {})
-    return any(old.get(k) != new.get(k) for k in NODE_RESTART_KEYS)
+    return any(old.get(k) != new.get(k) and change_kind(k, family, "node") in RESTARTS_SLURMD
+               for k in old.keys() | new.keys())

@@ -69,7 +69,7 @@ def slurm_actions(ctx: Context, plan: Plan) -> SlurmActions:
         actions.restart_slurmctld |= consequence.restart_slurmctld and node == ctx.controller
         if consequence.restart_all_slurmd:
             restart.update(compute)
-        if node in compute_set and node_definition_changed(before, desired, node):
+        if node in compute_set and node_definition_changed(before, desired, node, family):
             restart.add(node)
             actions.reasons.append(f"{node}: hardware or GRES definition changed")
         actions.reasons += [r for r in consequence.reasons if r not in actions.reasons]
