@@ -60,15 +60,19 @@ def node_key(name: str) -> tuple[str, int, str]:
 
 
 def cap_nodeset(expr: str, cap: int = SET_CAP) -> str:
-    """A hostlist expression cut to about CAP characters at a comma, with `...` where names were left out."""
+    """A hostlist expression cut at a comma to at most CAP characters, with `...` where names were left out."""
     if len(expr) <= cap:
         return expr
-    cut = expr.rfind(",", 0, cap)
-    if cut <= 0:
-        cut = cap
-    head = expr[:cut]
-    open_bracket = head.count("[") > head.count("]")
-    return head + (",...]" if open_bracket else ",...")
+    end = cap
+    while True:
+        cut = expr.rfind(",", 0, end)
+        if cut <= 0:
+            return expr[: max(1, cap - 3)] + "..."
+        head = expr[:cut]
+        text = head + (",...]" if head.count("[") > head.count("]") else ",...")
+        if len(text) <= cap:
+            return text
+        end = cut
 
 
 def fold_names(names: Iterable[str], cap: int | None = None) -> str:
