@@ -206,3 +206,12 @@ def test_cli_node_takes_one_node_name(tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "--node takes one node name" in bad.output
     both = CliRunner().invoke(main, ["plan", str(tmp_path), "--node", "gpu01", "--limit", "gpu01"])
     assert both.exit_code == 1 and "give one of them" in both.output
+
+
+def test_readme_example_is_the_output_of_the_generator() -> None:
+    from bench.fold_example import example
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("### A folded PR comment", 1)[1].split("````markdown\n", 1)[1].split("````", 1)[0]
+    assert block == example(1024, "pr")
+    assert "**`gpu[00001-00016,00018-00511,00513-01024],login01`** (1,023 nodes)" in block
