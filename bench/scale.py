@@ -5,6 +5,8 @@ NFS exports and mounts) plus a managed prolog on every GPU node and an enroot im
 synthesised from the rendered files, as a converged cluster would report them, then a few nodes are made
 to drift (hand-edited slurm.conf, a foreign fstab line, a missing mount, a node drained by us). The timed
 step is `make_plan` with every driver: it renders each node's files and compares them with its facts.
+The plan of a one-line change on every node is then folded by node set (`fold_changes`, timed against
+that plan's own time) and rendered folded as text and Markdown.
 
 Each size is measured in a fresh subprocess (`python -m bench.scale --worker N`), so that its peak RSS
 (`ru_maxrss`) belongs to that size alone; tracemalloc's peak of the planning step is taken in a separate,
@@ -30,8 +32,10 @@ from bench.render_scale import write_desired_state
 from drivers import all_drivers
 from reconciler import hostlist
 from reconciler.engine.context import Context
+from reconciler.engine.fold import fold_changes
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
+from reconciler.engine.report import render_markdown, render_text
 from reconciler.facts.models import SlurmNodeFact
 from reconciler.facts.synthetic import converged_facts, file_fact
 from reconciler.inventory import node_specs, slurm_nodes
@@ -123,6 +127,21 @@ def _plan(ctx: Context) -> tuple[float, Plan]:
     return time.perf_counter() - start, plan
 
 
+def _fold(plan: Plan) -> tuple[float, float]:
+    """Seconds to fold the plan's changes by node set, and to render it folded as text and Markdown."""
+    start = time.perf_counter()
+    entries = fold_changes(c for c in plan.changes if c.action != "ok")
+    seconds = time.perf_counter() - start
+    if len(entries) != 1 or entries[0].count != len(plan.nodes_changing()):
+        raise AssertionError(f"one slurm.conf line on every node must fold into one entry, not {len(entries)}")
+    start = time.perf_counter()
+    text, markdown = render_text(plan), render_markdown(plan)
+    rendered = time.perf_counter() - start
+    if len(markdown) >= 4_000 or len(text.splitlines()) >= 40:
+        raise AssertionError(f"folded plan too long: {len(markdown)} Markdown chars, {len(text.splitlines())} lines")
+    return seconds, rendered
+
+
 def measure(nodes: int, runs: int) -> dict[str, Any]:
     """Time load, facts synthesis and planning for one size in this process; peak memory too."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +153,7 @@ def measure(nodes: int, runs: int) -> dict[str, Any]:
             start = time.perf_counter()
             loaded = load_dir(root)
             loads.append(time.perf_counter() - start)
-    synth, drifts, changes = [], [], []
+    synth, drifts, changes, folds, renders = [], [], [], [], []
     for _ in range(runs):
         hostlist.clear_cache()
         start = time.perf_counter()
@@ -150,6 +169,9 @@ def measure(nodes: int, runs: int) -> dict[str, Any]:
         if {c.resource for c in changed.changing()} != {conf} or not changed.slurm.reconfigure \
                 or changed.slurm.restart_slurmd:
             raise AssertionError("a MaxTime change must update slurm.conf everywhere and only reconfigure")
+        seconds, rendered = _fold(changed)
+        folds.append(seconds)
+        renders.append(rendered)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     ctx, _ = _context(loaded, change=False)
     hostlist.clear_cache()
@@ -169,6 +191,10 @@ def measure(nodes: int, runs: int) -> dict[str, Any]:
         "change_plan_s": median(changes),
         "change_plan_runs_s": changes,
         "changed_nodes": len(changed.nodes_changing()),
+        "fold_s": median(folds),
+        "fold_runs_s": folds,
+        "fold_share": median(folds) / median(changes),
+        "render_folded_s": median(renders),
         "plan_peak_mib": peak / 2**20,
         "process_maxrss_mib": rss_mib,
     }

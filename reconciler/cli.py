@@ -8,7 +8,7 @@ import sys
 import click
 
 from reconciler import __version__
-from reconciler.hostlist import HostlistError
+from reconciler.hostlist import HostlistError, expand
 from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.render import MANAGED_FILES, managed_files_for, render_file
 from reconciler.render.files import UnknownNodeError
@@ -107,23 +107,47 @@ def facts(directory: str, limit: str | None, forks: int | None) -> None:
 @click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text")
 @LIMIT
+@click.option("--node", default=None, help="One node's full, unfolded plan (a one-node --limit with --per-node).")
+@click.option("--per-node", is_flag=True,
+              help="One entry per node and resource, each with its own diff, instead of identical changes "
+                   "folded by node set (JSON: the `changes` list of Change objects with a `node` each).")
 @FORKS
-def plan(directory: str, fmt: str, limit: str | None, forks: int | None) -> None:
-    """Show what apply would change. Exit 0: no changes, 2: changes, 1: error (like terraform -detailed-exitcode)."""
+def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node: bool, forks: int | None) -> None:
+    """Show what apply would change. Exit 0: no changes, 2: changes, 1: error (like terraform -detailed-exitcode).
+
+    Identical changes on many nodes are shown once, under their folded node set (`gpu[001-512,514-1024]`).
+    """
     from reconciler.engine.report import render_json, render_markdown, render_text
 
+    if node is not None:
+        if limit is not None:
+            click.echo("error: --node and --limit: give one of them", err=True)
+            sys.exit(1)
+        try:
+            names = expand(node)
+        except HostlistError as exc:
+            click.echo(f"error: --node: {exc}", err=True)
+            sys.exit(1)
+        if len(names) != 1:
+            click.echo(f"error: --node takes one node name, not {node!r} (use --limit for a hostlist)", err=True)
+            sys.exit(1)
+        limit, per_node = names[0], True
     run = _open(directory, limit, forks)
+    if node is not None and limit not in run.ctx.specs:
+        run.close()
+        click.echo(f"error: node {node!r} is not in the inventory of {directory}", err=True)
+        sys.exit(1)
     try:
         run.gather()
         result = run.plan()
     finally:
         run.close()
     if fmt == "json":
-        click.echo(render_json(result), nl=False)
+        click.echo(render_json(result, per_node=per_node), nl=False)
     elif fmt == "markdown":
-        click.echo(render_markdown(result), nl=False)
+        click.echo(render_markdown(result, per_node=per_node), nl=False)
     else:
-        click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
+        click.echo(render_text(result, colour=sys.stdout.isatty(), per_node=per_node), nl=False)
     if result.errors:
         sys.exit(1)
     sys.exit(2 if result.has_changes else 0)

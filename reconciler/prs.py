@@ -16,7 +16,6 @@ import re
 import sqlite3
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -27,6 +26,15 @@ import git
 from drivers import Driver, all_drivers
 from drivers.base import without_header
 from reconciler.engine.context import Context
+from reconciler.engine.fold import (
+    SHORT_CAP,
+    FoldedChange,
+    cap_nodeset,
+    fold_changes,
+    fold_mentions,
+    fold_reasons_by_node,
+    summary_line,
+)
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan, slurm_actions
@@ -36,7 +44,7 @@ from reconciler.forge.base import Forge, ForgeError, PullRequest, redact
 from reconciler.loader import ConfigError, DesiredStateError, LoadedState, Location, load_dir
 from reconciler.source import describe_source
 
-RENDER_VERSION = "1"  # bump when the comment's layout changes: every PR is re-commented once
+RENDER_VERSION = "2"  # bump when the comment's layout changes: every PR is re-commented once
 LOCAL_REF = "refs/reconciler/pr/{number}"
 MAX_FILE_BYTES = 4 << 20
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -271,15 +279,20 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _title(change: Change) -> str:
+def _title(change: Change | FoldedChange) -> str:
     return _esc(f"{SYMBOLS.get(change.action, '?')} {change.summary or change.resource}")
 
 
-def _by_node_driver(changes: Iterable[Change]) -> dict[str, dict[str, list[Change]]]:
-    grouped: dict[str, dict[str, list[Change]]] = defaultdict(lambda: defaultdict(list))
-    for change in changes:
-        grouped[change.node][change.driver].append(change)
-    return {n: dict(sorted(d.items())) for n, d in sorted(grouped.items())}
+def _by_nodeset_driver(entries: Iterable[FoldedChange]) -> dict[str, dict[str, list[FoldedChange]]]:
+    """Folded entries under their node set, then their driver, in the order folding gave them."""
+    grouped: dict[str, dict[str, list[FoldedChange]]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.nodeset, {}).setdefault(entry.driver, []).append(entry)
+    return grouped
+
+
+def _nodes_md(nodeset: str, count: int) -> str:
+    return f"**`{cap_nodeset(nodeset)}`**" + (f" ({count:,} nodes)" if count > 1 else "")
 
 
 def _cut_diff(diff: str, budget: int | None) -> str:
@@ -297,11 +310,11 @@ def _cut_diff(diff: str, budget: int | None) -> str:
     return "\n".join(kept) + f"\n... {len(lines) - len(kept)} more line(s) not shown"
 
 
-def _changes_md(changes: list[Change], with_diffs: bool, diff_budget: int | None = None) -> list[str]:
-    """Per node, per driver: a collapsible block with the diffs (or a one-line list without them)."""
+def _changes_md(entries: list[FoldedChange], with_diffs: bool, diff_budget: int | None = None) -> list[str]:
+    """Per node set, per driver: a collapsible block with the diffs (or a one-line list without them)."""
     blocks = []
-    for node, drivers in _by_node_driver(changes).items():
-        parts = [f"**`{node}`**\n"]
+    for nodeset, drivers in _by_nodeset_driver(entries).items():
+        parts = [_nodes_md(nodeset, next(iter(drivers.values()))[0].count) + "\n"]
         for driver, items in drivers.items():
             titles = "; ".join(_title(c) for c in items)
             diffs = [c for c in items if c.diff]
@@ -322,6 +335,11 @@ def _changes_md(changes: list[Change], with_diffs: bool, diff_budget: int | None
     return blocks
 
 
+def _block_nodes(entries: list[FoldedChange]) -> list[int]:
+    """How many nodes each block of _changes_md names (one block per node set)."""
+    return [drivers[next(iter(drivers))][0].count for drivers in _by_nodeset_driver(entries).values()]
+
+
 def _error_md(error: str) -> str:
     """`file:line:column`: key.path: message, as a list item."""
     match = re.match(r"(\S+?:\d+:\d+): (.*)$", error, re.S)
@@ -330,8 +348,11 @@ def _error_md(error: str) -> str:
     return f"- {_esc(error)}"
 
 
-def _summary(report: PrPlan) -> list[str]:
-    lines = [MARKER, f"### Reconciler plan for #{report.number}", "", f"**Verdict: {report.verdict()}**", "",
+def _summary(report: PrPlan, own: list[FoldedChange]) -> list[str]:
+    lines = [MARKER, f"### Reconciler plan for #{report.number}", "", f"**Verdict: {report.verdict()}**", ""]
+    if own:
+        lines += [f"Summary: {_esc(summary_line(own))}", ""]
+    lines += [
              f"Planned commit `{report.head_sha}`" + (f" (`{report.head_ref}`)" if report.head_ref else "")
              + f" against the live cluster; main branch at `{report.base_commit or 'unknown'}`. "
              "Nothing is applied from a pull request: it is planned, and applied once merged.", ""]
@@ -345,15 +366,17 @@ def _summary(report: PrPlan) -> list[str]:
         consequences = plan.slurm.describe()
         if consequences:
             lines += ["**Consequences** (when this commit is applied)", ""] + [f"- {c}" for c in consequences]
-            lines += [f"  - {_esc(r)}" for r in plan.slurm.reasons] + [""]
+            lines += [f"  - {_esc(r)}" for r in plan.slurm.folded_reasons()] + [""]
         if plan.unreachable:
             lines += ["**Unreachable nodes**", ""] + [f"- `{n}`: {_esc(why)}"
-                                                      for n, why in sorted(plan.unreachable.items())] + [""]
+                                                      for n, why in fold_reasons_by_node(plan.unreachable)] + [""]
         if plan.errors:
-            lines += ["**Errors**", ""] + [f"- {_esc(e)}" for e in plan.errors] + [""]
+            errors = fold_mentions(plan.errors, {c.node for c in plan.changes})
+            lines += ["**Errors**", ""] + [f"- {_esc(e)}" for e in errors] + [""]
         if report.not_gathered:
             lines += [f"**Not planned**: {NOT_GATHERED}; the daemon plans these once the PR is merged.", ""]
-            lines += [f"- `{c.node}` <code>{c.driver}</code>: {_esc(c.summary)}" for c in report.not_gathered]
+            lines += [f"- `{cap_nodeset(e.nodeset, SHORT_CAP)}` <code>{e.driver}</code>: {_esc(e.summary)}"
+                      for e in fold_changes(report.not_gathered)]
             lines.append("")
     if report.checks:
         lines += ["**Health checks**", ""] + [f"- {_esc(c)}" for c in report.checks] + [""]
@@ -369,12 +392,12 @@ def _summary(report: PrPlan) -> list[str]:
 
 def render_pr_comment(report: PrPlan, *, limit: int = 65_536) -> str:
     """The PR comment in Markdown, under LIMIT characters: diffs go first, the summary always stays."""
-    head = "\n".join(_summary(report)) + "\n"
+    own = fold_changes(report.own)
+    drift = fold_changes(report.drift)
+    head = "\n".join(_summary(report, own)) + "\n"
     hint = (f"\n> Diffs were shortened or left out to fit the comment limit. For the full plan: `git fetch origin "
             f"{report.fetch_ref} && git checkout FETCH_HEAD`, then `reconciler plan "
             f"{report.subdir.strip('/') or '.'}` on a host that reaches the nodes.\n")
-    own = report.own
-    drift = report.drift
 
     def sections(own_diffs: bool, drift_diffs: bool, budget: int | None = None) -> list[list[str]]:
         out = []
@@ -410,12 +433,13 @@ def render_pr_comment(report: PrPlan, *, limit: int = 65_536) -> str:
         head = head[: max(0, limit - len(hint) - 200)] + "\n…\n"
     text = head + "\n"
     left = 0
-    for part in sections(False, False):
-        for i, block in enumerate(part):
+    counts = [[0, *_block_nodes(entries)] for entries in (own, drift) if entries]
+    for part, nodes in zip(sections(False, False), counts, strict=True):
+        for block, count in zip(part, nodes, strict=True):
             if len(text) + len(block) + len(hint) + 100 <= limit:
                 text += block
-            elif i > 0:
-                left += 1
+            else:
+                left += count
     if left:
         text += f"\n_…and {left} more node(s) not shown._\n"
     return text + hint

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from reconciler.engine.fold import SHORT_CAP, cap_nodeset, fold_mentions, fold_names, node_key, nodes_phrase
 from reconciler.engine.ops import Op
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
@@ -48,21 +49,27 @@ class SlurmActions(BaseModel):
         return self.reconfigure or self.restart_slurmctld or bool(self.restart_slurmd)
 
     def describe(self) -> list[str]:
-        """Human sentences for the report."""
+        """Human sentences for the report; node sets folded (`gpu[001-1024]`) and capped in length."""
         out = []
         if self.restart_slurmctld:
             out.append("restarts slurmctld on the controller")
         if self.restart_slurmd:
-            text = f"restarts slurmd on {len(self.restart_slurmd)} node(s)"
+            text = f"restarts slurmd on {nodes_phrase(self.restart_slurmd)}"
             if self.drain_first:
+                drained = sorted(self.drain_first, key=node_key)
                 jobs = sorted({j for js in self.drain_first.values() for j in js}, key=_job_key)
                 shown = ", ".join(jobs[:10]) + (", ..." if len(jobs) > 10 else "")
-                text += (f"; {len(self.drain_first)} have running jobs and will be drained first "
-                         f"(jobs {shown})")
+                verb = "has" if len(drained) == 1 else "have"
+                text += (f"; {len(drained):,} {verb} running jobs and will be drained first: "
+                         f"{cap_nodeset(fold_names(drained), SHORT_CAP)} (jobs {shown})")
             out.append(text)
         if self.reconfigure and not self.restart_slurmctld:
             out.append("runs `scontrol reconfigure`")
         return out
+
+    def folded_reasons(self) -> list[str]:
+        """The reasons, those that differ only by a node's name folded into one (`... on gpu[01-16]`)."""
+        return fold_mentions(self.reasons, [*self.restart_slurmd, *self.drain_first])
 
 
 def _job_key(job: str) -> tuple[int, str]:

@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from reconciler.engine.plan import Change, Plan
+from reconciler.engine.fold import (
+    SET_CAP,
+    FoldedChange,
+    by_nodeset,
+    cap_nodeset,
+    fold_changes,
+    fold_mentions,
+    fold_reasons_by_node,
+    nodes_phrase,
+    summary_line,
+)
+from reconciler.engine.plan import CHANGING, Change, Plan
 
 COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
 RESET = "\033[0m"
@@ -31,40 +42,75 @@ def _by_node(changes: list[Change]) -> dict[str, list[Change]]:
     return dict(sorted(grouped.items()))
 
 
-def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True) -> str:
-    """Human-readable plan: per node, each change with its diff, then consequences and verdict."""
-    lines = [f"Plan for {plan.source}"]
-    shown = [c for c in plan.changes if c.action != "ok"]
-    for node, changes in _by_node(shown).items():
-        lines.append(f"\n{node}:")
-        for change in changes:
-            lines.append(f"  {SYMBOLS[change.action]} [{change.driver}] {change.summary or change.resource}")
-            if show_diffs and change.diff:
-                lines.append(_colour_diff(change.diff, colour).rstrip("\n"))
+def _shown(plan: Plan) -> list[Change]:
+    return [c for c in plan.changes if c.action != "ok"]
+
+
+def _heading(nodeset: str, entries: list[FoldedChange]) -> str:
+    """`gpu01` or `gpu[0001-1024] (1,024 nodes)`, the set capped in length."""
+    return nodes_phrase(entries[0].nodes, SET_CAP, nodeset)
+
+
+def _slurm_text(plan: Plan) -> list[str]:
+    lines = []
     consequences = plan.slurm.describe()
     if consequences:
         lines.append("\nSlurm:")
         lines += [f"  - {text}" for text in consequences]
-        lines += [f"    ({reason})" for reason in plan.slurm.reasons]
+        lines += [f"    ({reason})" for reason in plan.slurm.folded_reasons()]
+    return lines
+
+
+def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_node: bool = False) -> str:
+    """Human-readable plan: identical changes folded under their node set, each diff once; then consequences.
+
+    PER_NODE: today's unfolded view instead, every node with each of its changes and its own diff.
+    """
+    lines = [f"Plan for {plan.source}"]
+    if per_node:
+        for node, changes in _by_node(_shown(plan)).items():
+            lines.append(f"\n{node}:")
+            for change in changes:
+                lines.append(f"  {SYMBOLS[change.action]} [{change.driver}] {change.summary or change.resource}")
+                if show_diffs and change.diff:
+                    lines.append(_colour_diff(change.diff, colour).rstrip("\n"))
+    else:
+        entries = fold_changes(_shown(plan))
+        for nodeset, items in by_nodeset(entries).items():
+            lines.append(f"\n{_heading(nodeset, items)}:")
+            for entry in items:
+                lines.append(f"  {SYMBOLS[entry.action]} [{entry.driver}] {entry.summary or entry.resource}")
+                if show_diffs and entry.diff:
+                    lines.append(_colour_diff(entry.diff, colour).rstrip("\n"))
+        changing = [e for e in entries if e.action in CHANGING]
+        if changing:
+            lines.append(f"\nSummary: {summary_line(changing)}")
+    lines += _slurm_text(plan)
     for warning in plan.warnings:
         lines.append(f"\nwarning: {warning}")
-    for error in plan.errors:
+    for error in plan.errors if per_node else fold_mentions(plan.errors, {c.node for c in plan.changes}):
         lines.append(f"\nerror: {error}")
     lines.append(f"\n{plan.verdict()}")
     return "\n".join(lines) + "\n"
 
 
-def render_json(plan: Plan) -> str:
-    """The plan as JSON (the serialised Plan plus a summary)."""
-    data = plan.model_dump(mode="json")
-    data["summary"] = {"verdict": plan.verdict(), "counts": dict(plan.counts()),
-                       "nodes_changing": plan.nodes_changing(), "slurm": plan.slurm.describe()}
+def render_json(plan: Plan, per_node: bool = False) -> str:
+    """The plan as JSON: folded changes with their `nodes` list (PER_NODE: one entry per node and resource).
 
-
+    Either way a `summary` object holds the verdict, counts, the changing nodes and the Slurm consequences.
+    """
+    data = plan.model_dump(mode="json", exclude=None if per_node else {"changes"})
+    summary: dict[str, object] = {"verdict": plan.verdict(), "counts": dict(plan.counts()),
+                                  "nodes_changing": plan.nodes_changing(), "slurm": plan.slurm.describe()}
+    if not per_node:
+        entries = fold_changes(_shown(plan))
+        data["changes"] = [e.to_json() for e in entries]
+        summary["line"] = summary_line([e for e in entries if e.action in CHANGING])
+    data["summary"] = summary
     return json.dumps(data, indent=2) + "\n"
 
 
-def _md_change(change: Change, with_diff: bool) -> str:
+def _md_change(change: Change | FoldedChange, with_diff: bool) -> str:
     title = f"{SYMBOLS[change.action]} <code>{change.driver}</code> {change.summary or change.resource}"
     if with_diff and change.diff:
         return f"<details><summary>{title}</summary>\n\n```diff\n{change.diff.rstrip()}\n```\n\n</details>\n"
@@ -74,32 +120,44 @@ def _md_change(change: Change, with_diff: bool) -> str:
 FULL_PLAN_HINT = "run `reconciler plan DIR` for the full plan"
 
 
+def _md_body(plan: Plan, entries: list[FoldedChange] | None, with_diffs: bool) -> list[str]:
+    """Per node set (per node when ENTRIES is None), a heading and each change, its diff collapsible."""
+    body = []
+    if entries is None:
+        for node, changes in _by_node([c for c in plan.changes if c.changing]).items():
+            body.append(f"\n#### `{node}`\n")
+            body += [_md_change(c, with_diffs) for c in changes]
+        return body
+    for nodeset, items in by_nodeset(entries).items():
+        count = items[0].count
+        body.append(f"\n#### `{cap_nodeset(nodeset)}`" + (f" ({count:,} nodes)\n" if count > 1 else "\n"))
+        body += [_md_change(e, with_diffs) for e in items]
+    return body
+
+
 def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_sections: list[str] | None = None,
-                    limit: int = MARKDOWN_LIMIT, full_plan_hint: str = FULL_PLAN_HINT) -> str:
-    """Markdown for a PR comment or CI summary, truncated under `limit` characters (diffs go first)."""
+                    limit: int = MARKDOWN_LIMIT, full_plan_hint: str = FULL_PLAN_HINT,
+                    per_node: bool = False) -> str:
+    """Markdown for a PR comment or CI summary, identical changes folded, truncated under `limit` characters."""
     head = [MARKER, f"### {title}", "", f"**{plan.verdict()}** — planned `{plan.commit or plan.source}`", ""]
+    entries = None if per_node else fold_changes(c for c in plan.changes if c.changing)
+    if entries:
+        head += [f"Summary: {summary_line(entries)}", ""]
     consequences = plan.slurm.describe()
     if consequences:
         head += ["**Consequences**", ""] + [f"- {c}" for c in consequences] + [""]
     if plan.unreachable:
-        head += ["**Unreachable nodes**", ""] + [f"- `{n}`: {why}" for n, why in sorted(plan.unreachable.items())]
+        head += ["**Unreachable nodes**", ""] + [f"- `{n}`: {why}" for n, why in fold_reasons_by_node(plan.unreachable)]
         head.append("")
     if plan.errors:
-        head += ["**Errors**", ""] + [f"- {e}" for e in plan.errors] + [""]
+        errors = plan.errors if per_node else fold_mentions(plan.errors, {c.node for c in plan.changes})
+        head += ["**Errors**", ""] + [f"- {e}" for e in errors] + [""]
     tail = [*(extra_sections or [])]
-    body = []
-    for node, changes in _by_node([c for c in plan.changes if c.changing]).items():
-        body.append(f"#### `{node}`\n")
-        body += [_md_change(c, True) for c in changes]
-    text = "\n".join(head) + "\n" + "".join(body) + "\n".join(tail)
+    text = "\n".join(head) + "\n" + "".join(_md_body(plan, entries, True)) + "\n".join(tail)
     if len(text) <= limit:
         return text
-    short = []
-    for node, changes in _by_node([c for c in plan.changes if c.changing]).items():
-        short.append(f"#### `{node}`\n")
-        short += [_md_change(c, False) for c in changes]
     note = f"\n> Diffs were truncated to fit the comment limit: {full_plan_hint}.\n"
-    text = "\n".join(head) + "\n" + "".join(short) + note + "\n".join(tail)
+    text = "\n".join(head) + "\n" + "".join(_md_body(plan, entries, False)) + note + "\n".join(tail)
     if len(text) > limit:
         text = text[: limit - len(note) - 20] + "\n…\n" + note
     return text

@@ -66,8 +66,14 @@ def test_02_second_plan_is_clean_and_changes_nothing(bed: Bed) -> None:
 def test_03_hand_edit_is_drift_on_that_node_only_and_healed(bed: Bed) -> None:
     bed.exec("gpu02", "sed -i 's/MaxTime=04:00:00/MaxTime=09:00:00/' /etc/slurm/slurm.conf")
     plan = json.loads(bed.cli("plan", str(bed.desired), "--format", "json").stdout)
-    changing = [(c["node"], c["resource"]) for c in plan["changes"] if c["action"] in ("create", "update", "delete")]
-    assert changing == [("gpu02", "/etc/slurm/slurm.conf")]
+    changing = [(c["nodes"], c["resource"]) for c in plan["changes"] if c["action"] in ("create", "update", "delete")]
+    assert changing == [(["gpu02"], "/etc/slurm/slurm.conf")]
+    per_node = json.loads(bed.cli("plan", str(bed.desired), "--format", "json", "--per-node").stdout)
+    assert [(c["node"], c["resource"]) for c in per_node["changes"] if c["action"] == "update"] == [
+        ("gpu02", "/etc/slurm/slurm.conf")]
+    one = bed.cli("plan", str(bed.desired), "--node", "gpu02")
+    assert one.returncode == 2 and "\ngpu02:\n" in one.stdout, one.stdout + one.stderr
+    assert "--- gpu02:/etc/slurm/slurm.conf (current)" in one.stdout and "+PartitionName=" in one.stdout
     assert bed.cli("apply", str(bed.desired), "--yes").returncode == 0
     assert "MaxTime=04:00:00" in bed.exec("gpu02", "cat /etc/slurm/slurm.conf").stdout
     assert bed.cli("plan", str(bed.desired)).returncode == 0

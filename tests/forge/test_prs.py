@@ -121,8 +121,8 @@ def test_slurm_restart_lists_running_jobs_to_drain(origin: Origin, fake: FakeGit
                   JobFact(job_id="1234", state="RUNNING", nodes=["gpu01", "gpu02"])]
     [result] = report(origin, forge, facts)
     body = fake.comments_on(4)[0]["body"]
-    assert ("restarts slurmd on 2 node(s); 2 have running jobs and will be drained first (jobs 1234, 1240)"
-            in body), body
+    assert ("restarts slurmd on gpu[01-02] (2 nodes); 2 have running jobs and will be drained first: gpu[01-02] "
+            "(jobs 1234, 1240)" in body), body
     assert "MessageTimeout changed (needs restart in 22.05)" in body
 
 
@@ -161,7 +161,7 @@ def test_huge_plan_is_posted_truncated_with_the_summary(origin: Origin, fake: Fa
     assert "+echo step 0 of a very long prolog" in body  # the start of each diff is kept
     assert re.search(r"\.\.\. \d+ more line\(s\) not shown", body)
     assert "git fetch origin refs/pull/7/head" in body
-    assert "update /etc/slurm/prolog.sh" in body and "**`gpu01`**" in body and "**`gpu02`**" in body
+    assert "update /etc/slurm/prolog.sh" in body and "**`gpu[01-02]`** (2 nodes)" in body  # same diff: folded
 
 
 def test_new_node_and_new_file_are_not_planned_from_absent_facts(origin: Origin, fake: FakeGitHub,
@@ -255,7 +255,7 @@ def test_fetch_never_runs_hooks_or_filters_from_the_pr(origin: Origin, fake: Fak
 
 def test_thousands_of_changes_keep_summary_and_consequences_under_the_limit() -> None:
     changes = [Change(node=f"gpu{i:05d}", driver="slurm_config", resource="/etc/slurm/slurm.conf", action="update",
-                      summary="update /etc/slurm/slurm.conf", diff="-MaxTime=1\n+MaxTime=2\n") for i in range(5000)]
+                      summary="update /etc/slurm/slurm.conf", diff=f"-MaxTime=1\n+MaxTime={i}\n") for i in range(5000)]
     plan = Plan(source="s", changes=changes,
                 slurm=SlurmActions(restart_slurmd=[c.node for c in changes], drain_first={"gpu00001": ["99"]}))
     report = PrPlan(number=3, head_sha="a" * 40, head_ref="big", subdir=SUBDIR, status="ok",
@@ -263,9 +263,26 @@ def test_thousands_of_changes_keep_summary_and_consequences_under_the_limit() ->
     body = render_pr_comment(report, limit=65_535)
     assert len(body) <= 65_535 and body.startswith(MARKER)
     assert "**Verdict: 5000 change(s) on 5000 node(s)**" in body
-    assert "restarts slurmd on 5000 node(s); 1 have running jobs and will be drained first (jobs 99)" in body
-    assert re.search(r"…and \d+ more node\(s\) not shown", body)
+    assert ("restarts slurmd on gpu[00000-04999] (5,000 nodes); 1 has running jobs and will be drained first: "
+            "gpu00001 (jobs 99)") in body
+    assert "Summary: slurm.conf on gpu[00000-04999] (5,000 nodes, 5000 diffs)" in body
+    left = re.search(r"…and (\d+) more node\(s\) not shown", body)
+    assert left and int(left.group(1)) == 5000 - body.count("<code>slurm_config</code>")
     assert "git fetch origin refs/pull/3/head" in body
+
+
+def test_thousands_of_identical_changes_fold_into_one_entry() -> None:
+    changes = [Change(node=f"gpu{i:05d}", driver="slurm_config", resource="/etc/slurm/slurm.conf", action="update",
+                      summary="update /etc/slurm/slurm.conf",
+                      diff=f"--- gpu{i:05d}:/etc/slurm/slurm.conf (current)\n+++ gpu{i:05d}:/etc/slurm/slurm.conf "
+                           "(desired)\n@@ -1 +1 @@\n-MaxTime=1\n+MaxTime=2\n") for i in range(1, 5001) if i != 77]
+    plan = Plan(source="s", changes=changes)
+    report = PrPlan(number=3, head_sha="a" * 40, head_ref="big", subdir=SUBDIR, status="ok",
+                    main_plan=Plan(source="s"), plan=plan, fetch_ref="refs/pull/3/head")
+    body = render_pr_comment(report, limit=65_535)
+    assert len(body) < 2_000 and "Diffs were shortened" not in body
+    assert "**`gpu[00001-00076,00078-05000]`** (4,999 nodes)" in body
+    assert body.count("```diff") == 1 and "--- /etc/slurm/slurm.conf (current)\n" in body and "gpu00001:" not in body
 
 
 def test_thousands_of_validation_errors_still_fit() -> None:

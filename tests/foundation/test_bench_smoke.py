@@ -62,6 +62,8 @@ def test_python_m_bench_quick_sections(tmp_path: Path, capsys: pytest.CaptureFix
     results = json.loads((tmp_path / "bench.json").read_text())
     assert [row["nodes"] for row in results["scale"]] == [62, 122]
     assert all(row["changes"] == 8 and row["changed_nodes"] == row["nodes"] - 1 for row in results["scale"])
+    assert all(0 < row["fold_s"] < row["change_plan_s"] and row["render_folded_s"] > 0 for row in results["scale"])
+    assert "fold by node set (share of that plan)" in out
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "### NCCL check cost" in (tmp_path / "bench.md").read_text()
 

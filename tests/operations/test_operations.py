@@ -102,7 +102,8 @@ def test_port_change_restarts_and_drains_nodes_with_jobs(ctx: Context) -> None:
     assert plan.slurm.restart_slurmctld
     assert plan.slurm.restart_slurmd == ["dgx01", "dgx02", "dgx03", "dgx04"]
     assert plan.slurm.drain_first == {"dgx02": ["1234"], "dgx03": ["1234"]}
-    assert "2 have running jobs and will be drained first (jobs 1234)" in " ".join(plan.slurm.describe())
+    assert ("restarts slurmd on dgx[01-04] (4 nodes); 2 have running jobs and will be drained first: dgx[02-03] "
+            "(jobs 1234)") in plan.slurm.describe()
 
 
 @pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.02", True), ("23.11", False), ("24.11", False)])
@@ -182,7 +183,10 @@ def test_plan_renders_in_every_format(ctx: Context, tmp_path: Path) -> None:
     assert '"verdict": "5 change(s) on 5 node(s)"' in render_json(plan)  # login01 + dgx[01-04]
     md = render_markdown(plan)
     assert md.startswith("<!-- reconciler:plan -->") and "<details>" in md and "scontrol reconfigure" in md
-    small = render_markdown(plan, limit=1500)
+    assert md.count("```diff") == 1 and "#### `dgx[01-04],login01` (5 nodes)" in md  # one diff, folded
+    per_node = render_markdown(plan, per_node=True)
+    assert per_node.count("```diff") == 5 and "#### `dgx03`" in per_node
+    small = render_markdown(plan, limit=1500, per_node=True)
     assert len(small) <= 1500 and "truncated" in small
 
 
