@@ -58,19 +58,21 @@ def write_desired_state(root: Path, nodes: int) -> None:
         "slurm_version": "23.11",
         "controllers": ["login01"],
         "slurm_conf": {"SlurmctldPort": 6817, "AuthType": "auth/munge", "SelectType": "select/cons_tres",
-                       "GresTypes": "gpu", "ReturnToService": 1},
+                       "SchedulerType": "sched/backfill", "GresTypes": "gpu", "ReturnToService": 1},
         "node_sets": [
             {
                 "nodes": rack,
                 **hardware,
                 "Features": ["h200", f"rack{i}"],
                 "gpus": {"count": 8, "type": "h200"},
+                "State": "UNKNOWN",
             }
             for i, rack in enumerate(racks)
         ],
         "partitions": [
-            {"name": "all", "nodes": everyone, "default": True, "MaxTime": "UNLIMITED"},
-            *({"name": f"rack{i}", "nodes": rack, "MaxTime": "2-00:00:00"} for i, rack in enumerate(racks)),
+            {"name": "all", "nodes": everyone, "default": True, "MaxTime": "UNLIMITED", "State": "UP"},
+            *({"name": f"rack{i}", "nodes": rack, "MaxTime": "2-00:00:00", "State": "UP"}
+              for i, rack in enumerate(racks)),
         ],
         "gres": {
             "auto_detect": "nvml",
