@@ -1,33 +1,49 @@
-"""NCCL check cost: GPU-seconds to reach a verdict, full 8 B..8 GiB sweep vs the check's default sizes.
+"""NCCL check cost: GPU-seconds to a verdict, the check's defaults against the full 8 B..8 GiB sweep.
 
-Reads recorded runs (tests/fixtures/nccl/bench/, recorded by bench/nccl_record.sh on a GPU machine), so the
-table is reproducible without GPUs: each output is parsed by `checks.nccl.parser` and judged by
-`checks.nccl.verdict.evaluate`; GPU-seconds = GPUs x the wall time recorded around the process (start-up,
-NCCL set-up, the sweep with its warm-up and validation, output). Also shown: the time the collectives
-themselves took, from the rows ((warm-up + iterations) x (out-of-place + in-place time)), which is what
-start-up does not blur, and the same for the recorded 8x H200 nccl-tests run
-(tests/fixtures/nccl/h200x8_all_reduce_perf.txt, a full sweep: its default-size rows are a subset).
+Reads real nccl-tests runs recorded on a GPU machine through the check's own local launcher
+(tests/fixtures/nccl/device/, recorded by bench/nccl_device.sh, imported by `python -m bench.nccl_device`),
+so the table is reproducible without GPUs. Each fixture is the launcher's batch output: it is split by
+`checks.nccl.run.parse_batch` (the output and the wall time the batch measured around the process), parsed by
+`checks.nccl.parser` and judged by `checks.nccl.verdict.evaluate`. GPU-seconds = GPUs x that wall time
+(nvidia-smi guard, process start, CUDA and NCCL set-up, warm-up, timed iterations, validation, output).
+A setting meets the issue's target when its median GPU-seconds are at most a quarter of the same recording's full
+sweep and its verdict bus bandwidth (what the check records: mean over rows >= 1 GiB, lower of out-of-place and
+in-place) is within 5 % of the full sweep's peak (best row, lower of the two placements; median over runs).
+Also shown: the collective time of the recorded 8x H200 full sweep (rows only) against its rows the defaults keep.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, median
-from checks.nccl.models import NcclRow, NcclRun
-from checks.nccl.parser import parse_text
-from checks.nccl.verdict import Thresholds, evaluate
+from checks.nccl.models import NcclRow, NcclTest
+from checks.nccl.parser import parse_output, parse_text
+from checks.nccl.run import parse_batch
+from checks.nccl.verdict import Thresholds, evaluate, representative_busbw, row_busbw
+from reconciler.model import NcclCheck
 
-FIXTURES = REPO / "tests" / "fixtures" / "nccl" / "bench"
+FIXTURES = REPO / "tests" / "fixtures" / "nccl" / "device"
 EIGHT_GPU = REPO / "tests" / "fixtures" / "nccl" / "h200x8_all_reduce_perf.txt"
 GIB = 1 << 30
-DEFAULT_MIN = GIB  # the check's default args: -b 1G -e 8G -f 2
-# For the verdict column: every row from 1 GiB up, out-of-place and in-place, at or above this bus bandwidth.
+FULL = "full"
+MAX_SHARE = 0.25  # the issue's target: a verdict costs at most a quarter of the full sweep's GPU-seconds
+MAX_DROP_PCT = 5.0  # ... and its bus bandwidth stays within 5 % of the sweep's peak
+# For the verdict column: every row from 1 GiB up, the lower of out-of-place and in-place, at or above 300 GB/s.
 VERDICT = Thresholds(collective="all_reduce", min_busbw=300.0, min_size=GIB)
 ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
+GPU_OPTIONS = ("-g", "--ngpus")
+
+
+def check_default_args() -> str:
+    """The check's default nccl-tests arguments without -g (the launcher sets the GPUs)."""
+    args = NcclCheck(name="x", nodes="n").args
+    kept = [a for i, a in enumerate(args) if a not in GPU_OPTIONS and (i == 0 or args[i - 1] not in GPU_OPTIONS)]
+    return " ".join(kept)
 
 
 def collective_seconds(text: str, rows: list[NcclRow]) -> float:
@@ -37,123 +53,81 @@ def collective_seconds(text: str, rows: list[NcclRow]) -> float:
     return sum((warmup + iters) * ((r.oop_time_us or 0.0) + (r.ip_time_us or 0.0)) for r in rows) / 1e6
 
 
-def _busbw_at(run: NcclRun, size: int) -> float | None:
+def peak_busbw(test: NcclTest) -> float:
+    """The best row's bus bandwidth (lower of out-of-place and in-place)."""
+    return max((b for row in test.rows if (b := row_busbw(row)) is not None), default=0.0)
+
+
+def _measure(fixtures: Path, item: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """One recorded run: wall time, GPU-seconds, busbw figures and the verdict."""
+    step = parse_batch((fixtures / item["file"]).read_text(), 1)[0]
+    run = parse_output(step.output, exit_code=step.rc, collective="all_reduce")
     test = run.test("all_reduce")
-    row = next((r for r in test.rows if r.size == size), None) if test else None
-    return row.ip_busbw if row else None
+    verdict = evaluate(run, VERDICT)
+    return {"wall_s": step.seconds, "gpu_s": gpus * step.seconds, "sizes": len(test.rows) if test else 0,
+            "collective_s": collective_seconds(step.output, test.rows) if test else 0.0,
+            "busbw": (representative_busbw(test, GIB) or 0.0) if test else 0.0,
+            "peak": peak_busbw(test) if test else 0.0, "validation": bool(test and test.validation),
+            "verdict": "pass" if verdict.passed else f"FAIL: {verdict.reason}"}
 
 
 def recorded(fixtures: Path = FIXTURES) -> list[dict[str, Any]]:
-    """One row per sweep of the recorded runs (every *_runs.json), medians over its runs."""
-    rows = []
+    """One row per setting of each recording (every *_runs.json): medians over its runs, against its full sweep."""
+    default = check_default_args()
+    rows: list[dict[str, Any]] = []
     for meta_path in sorted(fixtures.glob("*_runs.json")):
         meta = json.loads(meta_path.read_text())
-        for sweep in ("full", "default"):
-            runs = [r for r in meta["runs"] if r["sweep"] == sweep]
-            if not runs:
+        mine: list[dict[str, Any]] = []
+        for name, config in meta["configs"].items():
+            measured = [_measure(fixtures, r, config["gpus"]) for r in meta["runs"] if r["config"] == name]
+            if not measured:
                 continue
-            walls, gpu_s, coll, busbw, verdicts, sizes = [], [], [], [], [], []
-            for item in runs:
-                text = (fixtures / item["file"]).read_text()
-                run = parse_text(text, exit_code=item["rc"])
-                test = run.test("all_reduce")
-                test_rows = test.rows if test else []
-                verdict = evaluate(run, VERDICT)
-                walls.append(item["wall_s"])
-                gpu_s.append(item["gpus"] * item["wall_s"])
-                coll.append(collective_seconds(text, test_rows))
-                busbw.append(_busbw_at(run, 8 * GIB) or 0.0)
-                verdicts.append("pass" if verdict.passed else f"FAIL: {verdict.reason}")
-                sizes.append(len(test_rows))
-            rows.append({
+            mine.append({
                 "source": f"{meta_path.name.removesuffix('_runs.json')} (recorded {meta['recorded'][:10]})",
-                "device": meta["device"],
-                "sweep": sweep,
-                "args": runs[0]["command"].split("allreduce_bench", 1)[-1].strip(),
-                "gpus": runs[0]["gpus"],
-                "sizes": sizes[0],
-                "runs": len(runs),
-                "wall_s": median(walls),
-                "wall_runs_s": walls,
-                "gpu_s": median(gpu_s),
-                "collective_s": median(coll),
-                "collective_gpu_s": runs[0]["gpus"] * median(coll),
-                "busbw_8g": median(busbw),
-                "verdicts": sorted(set(verdicts)),
+                "device": meta["device"], "config": name, "args": config["args"], "gpus": config["gpus"],
+                "check_default": config["args"] == default, "runs": len(measured),
+                "sizes": measured[0]["sizes"], "validation": measured[0]["validation"],
+                "wall_s": median([m["wall_s"] for m in measured]),
+                "wall_runs_s": [round(m["wall_s"], 2) for m in measured],
+                "gpu_s": median([m["gpu_s"] for m in measured]),
+                "collective_gpu_s": config["gpus"] * median([m["collective_s"] for m in measured]),
+                "busbw": median([m["busbw"] for m in measured]),
+                "peak": median([m["peak"] for m in measured]),
+                "verdicts": sorted({m["verdict"] for m in measured}),
             })
+        full = next((r for r in mine if r["config"] == FULL), None)
+        for row in mine:
+            if full and full["gpu_s"] and full["peak"]:
+                row["share"] = row["gpu_s"] / full["gpu_s"]
+                row["busbw_vs_peak_pct"] = (row["busbw"] / full["peak"] - 1.0) * 100.0
+                row["meets"] = row["share"] <= MAX_SHARE and row["busbw_vs_peak_pct"] >= -MAX_DROP_PCT
+        rows += mine
     return rows
 
 
 def eight_gpu_model(path: Path = EIGHT_GPU) -> list[dict[str, Any]]:
-    """The recorded 8x H200 nccl-tests full sweep: collective GPU-seconds of all rows vs the default rows."""
+    """The recorded 8x H200 full sweep: GPU-seconds in the collectives of all rows vs the rows >= 1 GiB."""
     text = path.read_text()
-    run = parse_text(text)
-    test = run.test("all_reduce")
+    test = parse_text(text).test("all_reduce")
     if test is None:
         return []
     gpus = len(test.devices) or 8
     out = []
-    for sweep, rows in (("full", test.rows), ("default", [r for r in test.rows if r.size >= DEFAULT_MIN])):
+    for sweep, rows in (("full", test.rows), ("rows >= 1 GiB", [r for r in test.rows if r.size >= GIB])):
         seconds = collective_seconds(text, rows)
         out.append({"source": f"{path.name} (nccl-tests 2.19.6, 8x H200, rows only)", "sweep": sweep,
                     "gpus": gpus, "sizes": len(rows), "collective_s": seconds, "collective_gpu_s": gpus * seconds,
-                    "busbw_8g": _busbw_at(run, 8 * GIB) or 0.0})
+                    "peak": max((b for r in rows if (b := row_busbw(r)) is not None), default=0.0)})
     return out
 
 
 def run() -> dict[str, Any]:
-    """The section's data: measured (recorded) rows, the 8-GPU model, and the full/default ratios."""
+    """The section's data: measured rows, the check default's share of the full sweep per recording, the model."""
     measured = recorded()
-    model = eight_gpu_model()
-    by_sweep = {r["sweep"]: r for r in measured}
-    ratio = (by_sweep["full"]["gpu_s"] / by_sweep["default"]["gpu_s"]
-             if {"full", "default"} <= by_sweep.keys() and by_sweep["default"]["gpu_s"] else None)
-    model_by = {r["sweep"]: r for r in model}
-    model_ratio = (model_by["full"]["collective_s"] / model_by["default"]["collective_s"]
-                   if {"full", "default"} <= model_by.keys() and model_by["default"]["collective_s"] else None)
-    return {"measured": measured, "eight_gpu_model": model, "gpu_s_ratio": ratio,
-            "eight_gpu_collective_ratio": model_ratio}
-
-
-def runs_from_times(times: str, prefix: str) -> list[dict[str, Any]]:
-    """Parse nccl_record.sh's times.txt (`SWEEP RUN rc=.. start=.. end=.. gpus=.. cmd=..` lines)."""
-    runs = []
-    for line in times.splitlines():
-        if " cmd=" not in line:
-            continue
-        head, command = line.split(" cmd=", 1)
-        sweep, number, *pairs = head.split()
-        fields = dict(pair.split("=", 1) for pair in pairs)
-        start, end = float(fields["start"]), float(fields["end"])
-        runs.append({"sweep": sweep, "run": int(number), "file": f"{prefix}_{sweep}_{number}.txt",
-                     "rc": int(fields["rc"]), "gpus": int(fields["gpus"]), "start": start, "end": end,
-                     "wall_s": round(end - start, 3), "command": " ".join(command.split())})
-    return runs
-
-
-def import_recording(out: Path, prefix: str, device: str, fixtures: Path = FIXTURES) -> Path:
-    """Copy an nccl_record.sh output directory into the fixtures as PREFIX_* files plus PREFIX_runs.json."""
-    probe = (out / "probe.txt").read_text()
-    recorded_at = next((line.split(": ", 1)[1] for line in probe.splitlines() if line.startswith("date: ")), "")
-    runs = runs_from_times((out / "times.txt").read_text(), prefix)
-    fixtures.mkdir(parents=True, exist_ok=True)
-    for item in runs:
-        source = out / f"{item['sweep']}_{item['run']}.txt"
-        (fixtures / item["file"]).write_text(source.read_text())
-    (fixtures / f"{prefix}_probe.txt").write_text(re.sub(r"\x1b\[[0-9;]*m", "", probe))
-    meta = fixtures / f"{prefix}_runs.json"
-    meta.write_text(json.dumps({"recorded": recorded_at, "device": device,
-                                "recorder": "sh bench/nccl_record.sh OUT (NCCL_NVLS_ENABLE=0)", "runs": runs},
-                               indent=2) + "\n")
-    return meta
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Import an nccl_record.sh output directory as fixtures.")
-    parser.add_argument("out", type=Path, help="the directory nccl_record.sh wrote")
-    parser.add_argument("prefix", help="file prefix, e.g. h200x8_nccltests")
-    parser.add_argument("--device", required=True, help="what the machine was, in words")
-    args = parser.parse_args()
-    print(import_recording(args.out, args.prefix, args.device))
+    defaults = [r for r in measured if r["check_default"] and "share" in r]
+    return {"measured": measured, "default_args": check_default_args(),
+            "default_shares": [r["share"] for r in defaults],
+            "default_busbw_vs_peak_pct": [r["busbw_vs_peak_pct"] for r in defaults],
+            "default_meets": bool(defaults) and all(r["meets"] for r in defaults),
+            "default_share_mean": statistics.fmean([r["share"] for r in defaults]) if defaults else None,
+            "eight_gpu_model": eight_gpu_model()}

@@ -97,24 +97,33 @@ def scale_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def nccl_table(data: dict[str, Any]) -> Table:
-    """GPU-seconds to a verdict: recorded runs, and the 8-GPU nccl-tests rows."""
+    """GPU-seconds to a verdict: real nccl-tests runs per setting against the full sweep; the 8-GPU rows."""
     table = Table("nccl", "NCCL check cost: GPU-seconds to a verdict",
-                  ["source", "sweep", "GPUs", "sizes", "wall (median)", "GPU-seconds", "in collectives",
-                   "busbw 8 GiB (in-place)", "verdict"], [])
+                  ["recording", "setting", "validation", "GPUs", "sizes", "wall (median; runs)", "GPU-seconds",
+                   "share of full sweep", "verdict busbw (>= 1 GiB)", "vs sweep peak", "verdict"], [])
     for r in data["measured"]:
+        setting = f"{r['config']}: {r['args']}" + (" **(check default)**" if r["check_default"] else "")
+        share = f"{r['share']:.2f}" + (" (meets)" if r.get("meets") else "") if "share" in r else "-"
+        versus = f"{r['busbw_vs_peak_pct']:+.1f} % of {r['peak']:.1f}" if r["config"] == "full" else (
+            f"{r['busbw_vs_peak_pct']:+.1f} %" if "busbw_vs_peak_pct" in r and r["busbw"] else "-")
         table.rows.append([
-            r["source"], f"{r['sweep']} ({r['args']})", str(r["gpus"]), str(r["sizes"]),
-            f"{r['wall_s']:.1f} s ({_runs(r['wall_runs_s'])})", f"{r['gpu_s']:.1f}",
-            f"{r['collective_gpu_s']:.1f} GPU-s", f"{r['busbw_8g']:.1f} GB/s", ", ".join(r["verdicts"]),
+            r["source"], setting, "-c 1" if r["validation"] else "-c 0", str(r["gpus"]), str(r["sizes"]),
+            f"{r['wall_s']:.2f} s ({_runs(r['wall_runs_s'])})", f"{r['gpu_s']:.2f}", share, f"{r['busbw']:.1f} GB/s",
+            versus, ", ".join(r["verdicts"]),
         ])
     for r in data["eight_gpu_model"]:
-        table.rows.append([r["source"], r["sweep"], str(r["gpus"]), str(r["sizes"]), "-", "-",
-                           f"{r['collective_gpu_s']:.1f} GPU-s", f"{r['busbw_8g']:.1f} GB/s", "-"])
-    if data.get("gpu_s_ratio"):
-        table.notes.append(f"Full sweep / default sizes: {data['gpu_s_ratio']:.2f}x the GPU-seconds (measured); "
-                           f"{data['eight_gpu_collective_ratio']:.2f}x the collective time on 8x H200.")
-    table.notes.append("GPU-seconds = GPUs x wall time of the process; 'in collectives' = GPUs x (warm-up + "
-                       "iterations) x (out-of-place + in-place time) summed over the rows.")
+        table.rows.append([r["source"], r["sweep"], "-c 1", str(r["gpus"]), str(r["sizes"]), "-",
+                           f"{r['collective_gpu_s']:.1f} in collectives", "-", "-", f"peak {r['peak']:.1f}", "-"])
+    if data.get("default_shares"):
+        shares = ", ".join(f"{s:.3f}" for s in data["default_shares"])
+        drops = ", ".join(f"{d:+.1f} %" for d in data["default_busbw_vs_peak_pct"])
+        table.notes.append(f"Check default ({data['default_args']}): {shares} of the full sweep's GPU-seconds, "
+                           f"busbw {drops} against its peak: target (<= 0.25, within 5 %) "
+                           f"{'met' if data['default_meets'] else 'MISSED'} in every recording.")
+    table.notes.append("GPU-seconds = GPUs x the wall time the check's launcher measured around the process; "
+                       "share = GPU-seconds / the same recording's full sweep (-b 8 -e 8G -f 2); verdict busbw = "
+                       "the value the check records (mean over rows >= 1 GiB, lower of out-of-place and in-place); "
+                       "sweep peak = the full sweep's best row; medians over the runs.")
     return table
 
 
@@ -222,10 +231,16 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
             ax.legend()
         else:
             data = results["nccl"]
-            labels = [f"{r['sweep']}\n{r['gpus']} GPUs" for r in data["measured"]]
-            ax.bar(labels, [r["gpu_s"] for r in data["measured"]], label="process (wall x GPUs)")
-            ax.bar(labels, [r["collective_gpu_s"] for r in data["measured"]], label="in collectives")
-            ax.set_ylabel("GPU-seconds to a verdict")
+            first = data["measured"][0]["source"] if data["measured"] else ""
+            shown = [r for r in data["measured"] if r["source"] == first]
+            labels = [r["config"] + (" *" if r["check_default"] else "") for r in shown]
+            ax.bar(labels, [r["gpu_s"] for r in shown], label="process (wall x GPUs)")
+            ax.bar(labels, [r["collective_gpu_s"] for r in shown], label="in collectives")
+            if shown and "share" in shown[0]:
+                full = next(r["gpu_s"] for r in shown if r["config"] == "full")
+                ax.axhline(full / 4, color="grey", linestyle="--", label="a quarter of the full sweep")
+            ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+            ax.set_ylabel(f"GPU-seconds to a verdict ({first.split(' ')[0]})")
             ax.set_title("NCCL check cost")
             ax.legend()
     fig.suptitle(f"reconciler benchmarks, {results['date']} ({results['machine']})", fontsize=10)

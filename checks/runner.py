@@ -24,6 +24,7 @@ from checks.nccl.run import (
     plan_nccl,
     reservation_create_command,
     reservation_delete_command,
+    run_local,
     run_waves,
 )
 from checks.node import run_node_checks, targets
@@ -84,7 +85,7 @@ def policies_of(state: DesiredState, view: SlurmView, fraction: float = MAX_DRAI
     specs = node_specs(state)
     policies = {("node", c.name): Policy(c.drain_on_fail, _max_drains(len(targets(c, specs, None)), fraction))
                 for c in state.checks.node}
-    policies.update({("nccl", c.name): Policy(c.drain_on_fail and c.mode != "partition",
+    policies.update({("nccl", c.name): Policy(c.drain_on_fail and c.mode not in ("partition", "local"),
                                               _max_drains(len(nccl_targets(c, state, view)), fraction))
                      for c in state.checks.nccl})
     return policies
@@ -107,7 +108,10 @@ def check_run(loaded: LoadedState, transport: Transport, conn: sqlite3.Connectio
         _settle(outcome, results, view, policies_of(state, view, max_drain_fraction), transport, controller, conn,
                 act, log)
     for check in nccl_checks:
-        _run_nccl(outcome, check, state, transport, controller, conn, nodes, act, max_drain_fraction, log)
+        if check.mode == "local":
+            _run_local(outcome, check, state, transport, conn, nodes, log)
+        else:
+            _run_nccl(outcome, check, state, transport, controller, conn, nodes, act, max_drain_fraction, log)
     return outcome
 
 
@@ -189,6 +193,25 @@ def _run_nccl(outcome: CheckRun, check: NcclCheck, state: DesiredState, transpor
             released = transport.run(controller, reservation_delete_command(reservation))
             log(f"released reservation {reservation}" if released.ok
                 else f"could not delete reservation {reservation}: {released.describe()}")
+
+
+def _run_local(outcome: CheckRun, check: NcclCheck, state: DesiredState, transport: Transport,
+               conn: sqlite3.Connection | None, nodes: set[str] | None, log: Log) -> None:
+    """One NCCL check in local mode: no Slurm (no view, reservation or drain); results are recorded."""
+    specs = node_specs(state)
+    targets = nccl_targets(check, state, SlurmView(), nodes)
+    unknown = [CheckResult(check=check.name, kind="nccl", node=n, ok=False, error=True,
+                           message="not run: node not in the desired state") for n in targets if n not in specs]
+
+    def history(node: str) -> list[float]:
+        return store.history(conn, check.name, node, check.thresholds.regression_window) if conn is not None else []
+
+    log(f"nccl {check.name}: {len(targets) - len(unknown)} to run locally (no Slurm)")
+    results = unknown + run_local(transport, [specs[n] for n in targets if n in specs], check, history=history,
+                                  log=log)
+    if conn is not None:
+        store.record_many(conn, results)
+    outcome.results += results
 
 
 def _hold(plan: NcclPlan, transport: Transport, controller: NodeSpec, view: SlurmView,

@@ -481,12 +481,17 @@ class NcclThresholds(Strict):
 
 
 class NcclCheck(Strict):
-    """A periodic nccl-tests run through Slurm."""
+    """A periodic nccl-tests run through Slurm, or (mode local) run by each node itself over SSH, without Slurm."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     binary: str = Field(default="all_reduce_perf", description="nccl-tests binary name or absolute path")
-    args: list[str] = Field(default_factory=lambda: ["-b", "1G", "-e", "8G", "-f", "2", "-g", "1"])
-    mode: Literal["single-node", "pairs", "partition"] = "single-node"
+    # One plateau size, few iterations, no validation: a quarter of a full sweep's GPU-seconds within 5 % of its
+    # peak busbw (bench/README.md, section NCCL); add "-c", "1" for a run that also counts wrong elements.
+    args: list[str] = Field(default_factory=lambda: ["-b", "4G", "-e", "4G", "-n", "5", "-w", "1", "-c", "0",
+                                                     "-g", "1"])
+    mode: Literal["single-node", "pairs", "partition", "local"] = Field(
+        default="single-node", description="local: no srun; one process per node with -g ntasks_per_node x "
+                                           "gpus_per_task, never drains")
     nodes: Hostlist | None = None
     partition: str | None = None
     ntasks_per_node: int = Field(default=8, ge=1)
@@ -517,6 +522,8 @@ class NcclCheck(Strict):
     def _target(self) -> NcclCheck:
         if not self.nodes and not self.partition:
             raise ValueError("an NCCL check needs nodes or partition")
+        if self.mode == "local" and self.container_image:
+            raise ValueError("container_image needs srun (pyxis): not available in local mode")
         return self
 
 

@@ -1,4 +1,5 @@
-"""NCCL checks through Slurm: which nodes to test, the exact `srun` lines, running them, judging the output.
+"""NCCL checks through Slurm (or, in local mode, straight on nodes reached over SSH): which nodes to test,
+the exact command lines, running them, judging the output.
 
 `plan_nccl` decides from Slurm's view which target nodes run (idle ones by default), which are retested
 (drained by this very check: resumed inside a maintenance reservation first, since Slurm never starts a
@@ -6,6 +7,10 @@ job on a drained node) and which are skipped, and groups them by mode: one srun 
 disjoint pairs (pairs), or one srun over every node (partition). `launch_command` builds the srun line;
 `batch_script` runs a wave of them in parallel on the login node in one SSH command; `judge_step` parses
 the output with the nccl-tests parser and judges it with `checks.nccl.verdict.evaluate`.
+
+Local mode (`mode: local`, `local_command`, `run_local`) needs no Slurm: each target node runs the binary
+itself over SSH, one process driving all its GPUs with nccl-tests' threads (`-g N`), after a guard that
+refuses to start while other processes use the GPUs. It never drains (there may be no Slurm to ask).
 """
 
 from __future__ import annotations
@@ -39,6 +44,14 @@ UNAVAILABLE_FLAGS = {"RESERVED", "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERI
 # Printed by rank 0 before the test binary starts: proves the step ran, names the job and the node.
 STEP_PRELUDE = ('[ "${SLURM_PROCID:-0}" != 0 ] || '
                 'echo "# reconciler: job ${SLURM_JOB_ID:-?} step ${SLURM_STEP_ID:-?} rank 0 on $(hostname)"')
+# Local mode: refuse to start while other processes hold the GPUs (exit 75, no prelude: "not run"), then the
+# same prelude line, with job "local" and the shell's pid as the step.
+LOCAL_BUSY = 75
+LOCAL_GUARD = ("! command -v nvidia-smi >/dev/null || "
+               '[ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] || '
+               "{ echo \"reconciler: GPUs in use by other processes, not started\"; exit " + str(LOCAL_BUSY) + "; }")
+LOCAL_PRELUDE = 'echo "# reconciler: job local step $$ rank 0 on $(hostname)"'
+GPU_OPTIONS = ("-g", "--ngpus")
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,36 @@ def launch_command(check: NcclCheck, nodes: Sequence[str], *, reservation: str |
     return shlex.join(words + srun_argv(check, nodes, reservation=reservation))
 
 
+def local_gpus(check: NcclCheck) -> int:
+    """GPUs the one local process drives: ntasks_per_node x gpus_per_task (at least one per task)."""
+    return check.ntasks_per_node * max(1, check.gpus_per_task)
+
+
+def local_argv(check: NcclCheck) -> list[str]:
+    """The binary and its arguments for local mode: any -g/--ngpus replaced by `-g local_gpus`."""
+    args: list[str] = []
+    skip = False
+    for arg in check.args:
+        if skip:
+            skip = False
+        elif arg in GPU_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in GPU_OPTIONS)):
+            args.append(arg)
+    return [check.binary, *args, "-g", str(local_gpus(check))]
+
+
+def local_command(check: NcclCheck) -> str:
+    """The shell line a node runs in local mode: a hard timeout, the NCCL environment, the guarded binary."""
+    prelude = (LOCAL_GUARD + "; " if check.only_idle else "") + LOCAL_PRELUDE
+    if check.env_profile:
+        prelude += f"; . {shlex.quote(check.env_profile)} || exit 1"
+    words = ["timeout", "-k", str(KILL_AFTER), str(parse_duration(check.timeout))]
+    if check.env:
+        words += ["env", *(f"{key}={value}" for key, value in check.env.items())]
+    return shlex.join(words + ["sh", "-c", prelude + '; exec "$@"', "sh", *local_argv(check)])
+
+
 def groups_for(check: NcclCheck, nodes: Sequence[str], reserved: set[str] | None = None) -> list[list[Group]]:
     """The waves of sruns for a mode; groups within a wave share no node and run at the same time."""
     reserved = reserved or set()
@@ -137,7 +180,7 @@ def groups_for(check: NcclCheck, nodes: Sequence[str], reserved: set[str] | None
     nodes = list(nodes)
     if not nodes:
         return []
-    if check.mode == "single-node":
+    if check.mode in ("single-node", "local"):
         return [[group([n], [n]) for n in nodes]]
     if check.mode == "partition":
         return [[group(nodes, nodes)]]
@@ -279,7 +322,9 @@ def thresholds_of(check: NcclCheck) -> tuple[Thresholds, RegressionPolicy | None
 
 
 def gpus_of(check: NcclCheck, nodes: int, reported: int | None) -> int:
-    """GPUs a run held: nodes x tasks x GPUs per task, else the ranks nccl-tests reported."""
+    """GPUs a run held: nodes x tasks x GPUs per task (local: the -g it ran with), else the ranks reported."""
+    if check.mode == "local":
+        return nodes * local_gpus(check)
     if check.gpus_per_task:
         return nodes * check.ntasks_per_node * check.gpus_per_task
     return reported or 0
@@ -305,10 +350,13 @@ def judge_step(check: NcclCheck, group: Group, step: StepRun, history: Callable[
 
     where = _where(group, rank0, test)
     if step.rc is None or rank0 is None:
-        # The step never started (allocation refused, bad option, no output): not the nodes' fault.
+        # The step never started (allocation refused, GPUs busy, bad option, no output): not the nodes' fault.
         lines = [line.strip() for line in step.output.splitlines() if line.strip()]
-        errors = [line for line in lines if "error" in line.lower()] or lines or ["no output"]
-        message = f"not run: {errors[-1]}" if step.rc != 124 else f"srun got no allocation in {IMMEDIATE}s"
+        errors = [line for line in lines if "error" in line.lower() or "reconciler:" in line] or lines or ["no output"]
+        message = f"not run: {errors[-1]}"
+        if step.rc == 124:
+            message = "timed out before starting" if check.mode == "local" else (
+                f"srun got no allocation in {IMMEDIATE}s")
         return [result(n, False, message, lines[-5:], error=True) for n in group.judged]
     if step.rc == 124:
         run.errors.insert(0, f"timed out after {check.timeout}")
@@ -373,4 +421,27 @@ def run_waves(transport: Transport, launcher: NodeSpec, plan: NcclPlan, *, reser
             steps = parse_batch(outcome.stdout + outcome.stderr, len(chunk))
             for group, step in zip(chunk, steps, strict=True):
                 results += judge_step(check, group, step, history, started)
+    return results
+
+
+def run_local(transport: Transport, nodes: Sequence[NodeSpec], check: NcclCheck, *,
+              history: Callable[[str], list[float]] = lambda _: [],
+              log: Callable[[str], None] = lambda _: None) -> list[CheckResult]:
+    """Local mode: every node runs `local_command` itself (all nodes at once, `forks` at a time); judge each."""
+    line = local_command(check)
+    log(f"nccl {check.name} (local) on {','.join(n.name for n in nodes)}: {line}")
+    started = utcnow()
+    clock = time.monotonic()
+    outcomes = transport.run_many(list(nodes), batch_script([line]),
+                                  timeout=parse_duration(check.timeout) + KILL_AFTER + 60)
+    results: list[CheckResult] = []
+    for spec in nodes:
+        outcome = outcomes[spec.name]
+        if outcome.error is not None:
+            results.append(CheckResult(check=check.name, kind="nccl", node=spec.name, ok=False, error=True,
+                                       message=f"not run: {spec.name}: {outcome.error}", started=started,
+                                       duration=time.monotonic() - clock))
+            continue
+        step = parse_batch(outcome.stdout + outcome.stderr, 1)[0]
+        results += judge_step(check, Group((spec.name,), (spec.name,)), step, history, started)
     return results

@@ -51,7 +51,7 @@ def test_single_node_srun_line_of_the_defaults() -> None:
     assert launch_command(nightly(), ["dgx01"]) == (
         "timeout -k 30 960 srun --job-name=reconciler-nccl-nightly --partition=gpu --nodes=1 --nodelist=dgx01 "
         "--ntasks-per-node=8 --gpus-per-task=1 --exclusive --immediate=60 --time=15 --kill-on-bad-exit=1 "
-        "--mpi=pmix --export=ALL sh -c '" + PRELUDE_SH + "; exec \"$@\"' sh all_reduce_perf -b 1G -e 8G -f 2 -g 1")
+        "--mpi=pmix --export=ALL sh -c '" + PRELUDE_SH + "; exec \"$@\"' sh all_reduce_perf -b 4G -e 4G -n 5 -w 1 -c 0 -g 1")
 
 
 def test_pyxis_container_env_profile_and_reservation_line() -> None:

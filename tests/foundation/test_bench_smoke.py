@@ -69,13 +69,12 @@ def test_python_m_bench_quick_sections(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_recorded_nccl_runs_reach_the_same_verdict() -> None:
-    """The recorded fixtures parse; both sweeps pass and the default sizes are the last 4 of the 31."""
-    rows = {row["sweep"]: row for row in recorded()}
-    assert rows["full"]["sizes"] == 31 and rows["default"]["sizes"] == 4
-    assert rows["full"]["verdicts"] == rows["default"]["verdicts"] == ["pass"]
-    assert rows["full"]["runs"] == rows["default"]["runs"] == 3
-    assert rows["full"]["gpu_s"] == pytest.approx(rows["full"]["gpus"] * rows["full"]["wall_s"])
-    assert rows["full"]["collective_s"] > rows["default"]["collective_s"] > 0
+    """The device fixtures parse; every setting that reaches 1 GiB passes; the full sweep has the 31 sizes."""
+    rows = recorded()
+    full = [row for row in rows if row["config"] == "full"]
+    assert len(full) >= 1 and all(row["sizes"] == 31 and row["share"] == 1.0 for row in full)
+    assert all(row["verdicts"] == ["pass"] for row in rows if not row["config"].startswith("floor"))
+    assert all(row["gpu_s"] == pytest.approx(row["gpus"] * row["wall_s"]) for row in rows)
 
 
 def test_slurm_conf_vars_keep_order_and_quotes() -> None:
@@ -165,26 +164,6 @@ def test_playbook_writes_what_the_reconciler_writes(playbook: str, tmp_path: Pat
     again = _ansible(playbook, inventory_file, "--check", "--diff")
     assert again.returncode == 0, again.stdout[-3000:]
     assert {host: stats["changed"] for host, stats in recap(again.stdout).items()} == dict.fromkeys(hosts, 0)
-
-
-def test_nccl_recording_imports_as_fixtures(tmp_path: Path) -> None:
-    """nccl_record.sh's directory (times.txt, outputs, probe) becomes PREFIX_* fixtures the table reads."""
-    from bench.nccl import import_recording
-
-    source = REPO / "tests" / "fixtures" / "nccl" / "bench"
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "probe.txt").write_text("date: 2026-11-21T03:15:41Z\nGPU 0: NVIDIA H200\n")
-    lines = []
-    for sweep, args in (("full", "-b 8 -e 8G -f 2"), ("default", "-b 1G -e 8G -f 2")):
-        (out / f"{sweep}_1.txt").write_text((source / f"h200x4_torch_{sweep}_1.txt").read_text())
-        lines.append(f"{sweep} 1 rc=0 start=100.0 end=110.5 gpus=4 cmd=python3 -m checks.allreduce_bench  {args}")
-    (out / "times.txt").write_text("\n".join(lines) + "\n")
-    fixtures = tmp_path / "fixtures"
-    import_recording(out, "x4", "test machine", fixtures)
-    rows = {row["sweep"]: row for row in recorded(fixtures)}
-    assert rows["full"]["gpu_s"] == pytest.approx(42.0) and rows["default"]["sizes"] == 4
-    assert rows["full"]["args"] == "-b 8 -e 8G -f 2"
 
 
 def test_python_m_bench_daemon_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
