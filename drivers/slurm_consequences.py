@@ -24,12 +24,6 @@ def change_kind(key: str, family: str, scope: str = "global") -> str:
     return slurm_params.change_kind("slurm.conf", key, family, scope)
 
 
-def version_tuple(family: str) -> tuple[int, int]:
-    """`23.11` -> (23, 11)."""
-    major, minor = family.split(".")[:2]
-    return int(major), int(minor)
-
-
 @dataclass
 class SlurmConf:
     """slurm.conf split into global keys, node definitions and partitions."""
@@ -97,7 +91,6 @@ def slurm_conf_consequence(before: str | None, after: str, family: str) -> Conse
         result.reasons.append("slurm.conf is new")
         return result
     old, new = _parsed(before), _parsed(after)
-    version = version_tuple(family)
     changed = {k for k in old.globals.keys() | new.globals.keys() if old.globals.get(k) != new.globals.get(k)}
     if not changed and old.nodes == new.nodes and old.partitions == new.partitions:
         return result

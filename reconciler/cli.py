@@ -196,7 +196,6 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
 def _register_daemon() -> None:
     """Attach the daemon commands (run, status, history)."""
     from reconciler.daemon.cli import COMMANDS
-
     from reconciler.importer.cli import import_command
 
     for command in COMMANDS:

@@ -175,4 +175,5 @@ def cross_check(state: DesiredState) -> list[Problem]:
         for name in hostlist.expand(entry.name):
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
-    return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles), *_others(state, known)]
+    return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
+            *_others(state, known)]

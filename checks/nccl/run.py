@@ -244,7 +244,8 @@ def nccl_targets(check: NcclCheck, state: DesiredState, view: SlurmView, only: s
         nodes = hostlist.expand(check.nodes)
     else:
         declared = [p for p in state.cluster.partitions if p.name == check.partition]
-        nodes = hostlist.expand(declared[0].nodes) if declared else view.nodes_in_partition(check.partition or "")
+        nodes = (hostlist.expand(declared[0].nodes or "") if declared
+                 else view.nodes_in_partition(check.partition or ""))
     return [n for n in nodes if only is None or n in only]
 
 

@@ -113,10 +113,10 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
             f"NFS exports and NFS/Lustre mounts of {files.node_name}, imported from {source}: widen `nodes` to\n"
             "every node that mounts them.")
     for name, doc in docs.items():
-        path = out / name
+        target = out / name
         tmp = out / f".{name}.tmp"
         with tmp.open("w", encoding="utf-8") as handle:
             yaml.dump(doc, handle)
-        tmp.replace(path)
-        result.files.append(path)
+        tmp.replace(target)
+        result.files.append(target)
     return result

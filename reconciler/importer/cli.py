@@ -47,7 +47,7 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
     else:
         ssh = SSHDefaults(config=ssh_config, known_hosts=known_hosts, identity_file=identity_file,
                           proxy_jump=proxy_jump, host_key_policy="accept-new" if accept_new else "reject",
-                          **({"user": target.user} if target.user else {}))
+                          user=target.user or "root")
         try:
             files = RemoteFiles(target, config_dir, ssh, Path.cwd())
         except (ConnectionError, ValueError) as exc:

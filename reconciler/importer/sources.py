@@ -94,7 +94,8 @@ class RemoteFiles:
         result = self.transport.run(self.spec, "; ".join(parts))
         if not result.ok:
             raise ConnectionError(f"cannot read the cluster's files: {result.describe()}")
-        current, body = None, []
+        current: str | None = None
+        body: list[str] = []
         for line in result.stdout.splitlines() + [f"{_MARK} end"]:
             if line.startswith(_MARK):
                 if current is not None:

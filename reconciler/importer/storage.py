@@ -54,7 +54,7 @@ def import_exports(text: str, server: str, file: str = "/etc/exports") -> Commen
 def import_fstab(text: str, node: str, file: str = "/etc/fstab") -> CommentedSeq:
     """The NFS and Lustre lines of an fstab as `storage.mounts` entries for one node."""
     out = CommentedSeq()
-    for number, line in _lines(text, file):
+    for _, line in _lines(text, file):
         fields = line.split()
         if len(fields) < 3 or fields[2] not in NETWORK_TYPES:
             continue

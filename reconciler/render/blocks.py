@@ -38,7 +38,9 @@ def replace_block(text: str, body: list[str] | None) -> str:
     if span is None:
         if body is None:
             return text
-        out = [*lines, *block]
+        # Adopting a file written by hand: a line the new block holds moves into it instead of being doubled.
+        wanted = {" ".join(line.split()) for line in body}
+        out = [*(line for line in lines if " ".join(line.split()) not in wanted), *block]
     else:
         out = [*lines[: span[0]], *block, *lines[span[1] + 1 :]]
     return "\n".join(out) + "\n" if out else ""

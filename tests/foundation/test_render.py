@@ -204,3 +204,13 @@ def test_broken_markers_are_refused(text: str) -> None:
     """BEGIN without END (or the reverse, or two blocks) is refused, not guessed at."""
     with pytest.raises(BlockError):
         replace_block(text, ["y"])
+
+
+def test_first_block_adopts_identical_hand_written_lines() -> None:
+    """A line written by hand before adoption moves into the new block; it is not written twice."""
+    from reconciler.render.blocks import BEGIN, END, replace_block
+
+    text = "# local\n/dev/sda1 / ext4 defaults 0 1\nnfs01:/export/home  /home nfs defaults 0 0\n"
+    out = replace_block(text, ["nfs01:/export/home /home nfs defaults 0 0"])
+    assert out == (f"# local\n/dev/sda1 / ext4 defaults 0 1\n{BEGIN}\nnfs01:/export/home /home nfs defaults 0 0\n"
+                   f"{END}\n")
