@@ -70,6 +70,8 @@ class Reconciler:
         self.check_attempts: dict[str, datetime] = {}
         self.last_pr_report = 0.0
         self.forge: Any = None
+        head = store.get("head_status") or {}
+        metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
 
     # ------------------------------------------------------------ what to reconcile
 
@@ -214,6 +216,7 @@ class Reconciler:
 
     def cycle(self, trigger: str, force: bool = False) -> str | None:
         """Resolve the target and reconcile it when new, due or forced; return the run's outcome (or None)."""
+        self.metrics.drift_interval.set(self.config.seconds("drift_interval"))
         if self.source is not None:
             target, new = self._resolve_git()
         else:
@@ -344,6 +347,7 @@ class Reconciler:
             return
         drained = [{"node": n.name, "state": n.state, "reason": n.reason} for n in nodes.values() if n.drained]
         self.store.set(DRAINED_KEY, {"at": time.time(), "nodes": sorted(drained, key=lambda d: d["node"])})
+        self.metrics.set_drained({n.name: n.reason for n in nodes.values() if n.drained})
 
     def _refresh_drained(self, run: Reconcile, state: DesiredState) -> None:
         """Checks may have drained or resumed nodes: ask the controller again (one command)."""

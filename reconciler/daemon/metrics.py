@@ -45,6 +45,10 @@ class Metrics:
                               ["check", "node"], registry=r)
         self.nccl_busbw = Gauge("reconciler_nccl_busbw_gbps", "Bus bandwidth measured by the NCCL check (GB/s)",
                                 ["check", "node"], registry=r)
+        self.drained = Gauge("reconciler_node_drained", "1 for a node Slurm reports draining or drained; by: "
+                             "reconciler (its reason starts with `reconciler:`) or other", ["node", "by"], registry=r)
+        self.drift_interval = Gauge("reconciler_drift_interval_seconds", "The configured drift_interval: the daemon "
+                                    "reconciles at least this often", registry=r)
         self.check_gpu_seconds = Counter("reconciler_check_gpu_seconds_total", "GPU-seconds spent on health checks",
                                          ["check"], registry=r)
 
@@ -66,6 +70,13 @@ class Metrics:
         self.drifted.clear()
         for node, driver in {(n, d) for n in nodes for d in drivers} | tally.keys():
             self.drifted.labels(node=node, driver=driver).set(tally.get((node, driver), 0))
+
+    def set_drained(self, drained: dict[str, str | None]) -> None:
+        """Set the drained-node gauge: node -> its drain reason (only drained nodes are exported)."""
+        self.drained.clear()
+        for node, reason in drained.items():
+            by = "reconciler" if (reason or "").startswith("reconciler:") else "other"
+            self.drained.labels(node=node, by=by).set(1)
 
     def set_commit(self, info: Info, commit: str | None, subject: str | None = None) -> None:
         """Set a commit info metric."""

@@ -198,8 +198,8 @@ def _drift_section(s: Snapshot) -> str:
                 head = (f'<span class="badge {_t(d.action)}">{_t(d.action)}</span> {_t(d.summary)} '
                         f'<span class="muted">({kind}, since {_when(d.since, s.generated)})</span>')
                 if d.diff:
-                    parts.append(f"<li><details{opened}><summary>{head}</summary><pre class=\"diff\">{_diff(d.diff)}</pre>"
-                                 "</details></li>")
+                    parts.append(f'<li><details{opened}><summary>{head}</summary><pre class="diff">{_diff(d.diff)}'
+                                 "</pre></details></li>")
                 else:
                     parts.append(f"<li>{head}</li>")
             parts.append("</ul>")

@@ -192,10 +192,10 @@ def get(url: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
 def test_listener_serves_page_and_metrics_and_nothing_else(store: Store) -> None:
     metrics = Metrics()
     metrics.runs.labels(outcome="applied").inc()
-    pages = iter([render(load_snapshot(store.path)), RuntimeError("db gone")])
+    pages: list[str | Exception] = [render(load_snapshot(store.path)), RuntimeError("db gone")]
 
     def page() -> str:
-        item = next(pages)
+        item = pages.pop(0)
         if isinstance(item, Exception):
             raise item
         return item
