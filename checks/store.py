@@ -115,3 +115,20 @@ def last_started(conn: sqlite3.Connection) -> dict[str, datetime]:
     """When each check last ran (any node, skipped runs included): for per-check intervals."""
     rows = conn.execute("SELECT check_name, MAX(started) FROM check_results GROUP BY check_name").fetchall()
     return {str(name): datetime.fromisoformat(str(when)) for name, when in rows}
+
+
+Series = dict[tuple[str, str], list[tuple[datetime, float, bool]]]
+
+
+def busbw_series(conn: sqlite3.Connection, per_node: int = 100) -> Series:
+    """(check, node) -> the last PER_NODE NCCL bus bandwidths as (started, GB/s, passed), oldest first."""
+    rows = conn.execute(
+        "SELECT check_name, node, started, value, ok FROM (SELECT *, ROW_NUMBER() OVER "
+        "(PARTITION BY check_name, node ORDER BY id DESC) AS newest FROM check_results "
+        "WHERE kind='nccl' AND skipped=0 AND value IS NOT NULL) WHERE newest <= ? ORDER BY check_name, node, id",
+        (per_node,)).fetchall()
+    series: Series = {}
+    for check, node, started, value, ok in rows:
+        series.setdefault((str(check), str(node)), []).append(
+            (datetime.fromisoformat(str(started)), float(value), bool(ok)))
+    return series

@@ -45,6 +45,9 @@ NODE_PYTHON = "/usr/bin/python3"
 NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
                    "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server"]
+# Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
+# the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
+TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
 REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/munged",
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
@@ -879,7 +882,7 @@ def cmd_deps(args: argparse.Namespace) -> int:
         policy.chmod(0o755)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update"],
-                ["apt-get", "install", "-y", "--no-install-recommends", *DEBIAN_PACKAGES]):
+                ["apt-get", "install", "-y", "--no-install-recommends", *DEBIAN_PACKAGES, *TEST_PACKAGES]):
         log(" ".join(cmd))
         if subprocess.run(cmd, env=env).returncode != 0:
             raise TestbedError(f"{' '.join(cmd)} failed")

@@ -87,7 +87,9 @@ class DaemonConfig(Strict):
     drift_interval: str | int = "5m"
     debounce: float = Field(default=1.0, ge=0, description="Local mode: seconds of quiet before reconciling")
     state_dir: str = "/var/lib/reconciler"
-    metrics_listen: str | None = Field(default="127.0.0.1:9464", description="host:port, or null for none")
+    metrics_listen: str | None = Field(default="127.0.0.1:9464", description="host:port of /metrics and the status "
+                                       "page, or null for none (localhost by default)")
+    status_page: bool = Field(default=True, description="Serve the read-only status page at / on metrics_listen")
     log_format: Literal["auto", "json", "console"] = "auto"
     ssh: SSHOverrides = Field(default_factory=SSHOverrides)
     signing: SigningPolicy | None = None

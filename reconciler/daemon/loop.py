@@ -16,11 +16,13 @@ import structlog
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import Store
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.plan import Change, Plan, SlurmActions
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
+from reconciler.facts.models import SlurmNodeFact
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
@@ -68,6 +70,8 @@ class Reconciler:
         self.check_attempts: dict[str, datetime] = {}
         self.last_pr_report = 0.0
         self.forge: Any = None
+        head = store.get("head_status") or {}
+        metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
 
     # ------------------------------------------------------------ what to reconcile
 
@@ -212,6 +216,7 @@ class Reconciler:
 
     def cycle(self, trigger: str, force: bool = False) -> str | None:
         """Resolve the target and reconcile it when new, due or forced; return the run's outcome (or None)."""
+        self.metrics.drift_interval.set(self.config.seconds("drift_interval"))
         if self.source is not None:
             target, new = self._resolve_git()
         else:
@@ -242,6 +247,7 @@ class Reconciler:
         try:
             run = open_reconcile(target.loaded, forks=self.config.ssh.forks)
             run.gather()
+            self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
             plan = run.plan()
             pending_steps = SlurmActions.model_validate(self.store.get(PENDING_SLURM) or {})
             carry_over(run.ctx, plan, pending_steps)
@@ -326,12 +332,31 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001 - a broken check must not stop reconciling
             log.exception("checks.error", error=f"{type(exc).__name__}: {exc}")
             return
+        if any(not r.skipped for r in results):
+            self._refresh_drained(run, state)
         for result in results:
             if result.skipped:
                 continue
             self.metrics.record_check(result.check, result.node, result.ok, result.value, result.gpu_seconds)
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
+
+    def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None) -> None:
+        """Keep Slurm's draining/drained nodes and their reasons for the status page (not when Slurm did not answer)."""
+        if error or not nodes:
+            return
+        drained = [{"node": n.name, "state": n.state, "reason": n.reason} for n in nodes.values() if n.drained]
+        self.store.set(DRAINED_KEY, {"at": time.time(), "nodes": sorted(drained, key=lambda d: d["node"])})
+        self.metrics.set_drained({n.name: n.reason for n in nodes.values() if n.drained})
+
+    def _refresh_drained(self, run: Reconcile, state: DesiredState) -> None:
+        """Checks may have drained or resumed nodes: ask the controller again (one command)."""
+        from checks.slurm_view import fetch_view
+
+        controller = node_specs(state).get(state.cluster.controllers[0])
+        if controller is not None:
+            view = fetch_view(run.transport, controller)
+            self._record_drained(view.nodes, view.error)
 
     def _report_prs(self, run: Reconcile, target: Target, log: Any) -> None:
         """Plan every open pull request against the facts of this cycle and keep one comment per PR current."""

@@ -1,11 +1,20 @@
-"""Prometheus metrics of the daemon (prometheus-client, own registry, served on metrics_listen)."""
+"""Prometheus metrics of the daemon (prometheus-client, own registry) and the listener on metrics_listen.
+
+The listener serves `/metrics` and, when the daemon gives it one, the read-only status page at `/`; it answers
+GET and HEAD only.
+"""
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections import Counter as Tally
+from collections.abc import Callable, Iterable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from reconciler.engine.plan import Change
 
@@ -36,13 +45,24 @@ class Metrics:
                               ["check", "node"], registry=r)
         self.nccl_busbw = Gauge("reconciler_nccl_busbw_gbps", "Bus bandwidth measured by the NCCL check (GB/s)",
                                 ["check", "node"], registry=r)
+        self.drained = Gauge("reconciler_node_drained", "1 for a node Slurm reports draining or drained; by: "
+                             "reconciler (its reason starts with `reconciler:`) or other", ["node", "by"], registry=r)
+        self.drift_interval = Gauge("reconciler_drift_interval_seconds", "The configured drift_interval: the daemon "
+                                    "reconciles at least this often", registry=r)
         self.check_gpu_seconds = Counter("reconciler_check_gpu_seconds_total", "GPU-seconds spent on health checks",
                                          ["check"], registry=r)
 
-    def serve(self, listen: str) -> Any:
-        """Serve /metrics on host:port in a background thread."""
+    def serve(self, listen: str, page: Callable[[], str] | None = None) -> Any:
+        """Serve /metrics (and PAGE's HTML at /) on host:port in a background thread; return the server."""
         host, _, port = listen.rpartition(":")
-        return start_http_server(int(port), addr=host.strip("[]"), registry=self.registry)
+        host = host.strip("[]")
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        httpd = make_server(host, int(port), wsgi_app(self.registry, page), Server, handler_class=_QuietHandler)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http").start()
+        return httpd
 
     def set_drift(self, changes: list[Change], nodes: list[str], drivers: list[str]) -> None:
         """Set the drifted-resource gauge for every node and driver (zeros included)."""
@@ -50,6 +70,13 @@ class Metrics:
         self.drifted.clear()
         for node, driver in {(n, d) for n in nodes for d in drivers} | tally.keys():
             self.drifted.labels(node=node, driver=driver).set(tally.get((node, driver), 0))
+
+    def set_drained(self, drained: dict[str, str | None]) -> None:
+        """Set the drained-node gauge: node -> its drain reason (only drained nodes are exported)."""
+        self.drained.clear()
+        for node, reason in drained.items():
+            by = "reconciler" if (reason or "").startswith("reconciler:") else "other"
+            self.drained.labels(node=node, by=by).set(1)
 
     def set_commit(self, info: Info, commit: str | None, subject: str | None = None) -> None:
         """Set a commit info metric."""
@@ -62,3 +89,42 @@ class Metrics:
             self.nccl_busbw.labels(check=check, node=node).set(busbw)
         if gpu_seconds:
             self.check_gpu_seconds.labels(check=check).inc(gpu_seconds)
+
+
+SECURITY_HEADERS = [("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:"),
+                    ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
+                    ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store")]
+
+
+def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None) -> Callable[..., Iterable[bytes]]:
+    """The listener's WSGI app: /metrics from the registry, / the status page; read-only (GET and HEAD)."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+            return [b"read-only\n"]
+        if path == "/metrics":
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        if path in ("/", "/index.html") and page is not None:
+            try:
+                body = page().encode()
+                status = "200 OK"
+            except Exception as exc:  # noqa: BLE001 - a broken page must not take /metrics down
+                body = f"status page unavailable: {type(exc).__name__}\n".encode()
+                status = "500 Internal Server Error"
+            start_response(status, [("Content-Type", "text/html; charset=utf-8" if status == "200 OK" else
+                                     "text/plain"), ("Content-Length", str(len(body))), *SECURITY_HEADERS])
+            return [] if method == "HEAD" else [body]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try / or /metrics\n"]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr (the daemon's stderr is its JSON log)."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        """Drop the line."""

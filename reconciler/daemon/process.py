@@ -140,7 +140,7 @@ class Daemon:
         metrics = Metrics()
         server: Any = None
         if self.config.metrics_listen:
-            server = metrics.serve(self.config.metrics_listen)
+            server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
         reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
         self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
@@ -151,12 +151,18 @@ class Daemon:
         finally:
             if watcher:
                 watcher.stop()
-            if isinstance(server, tuple):
-                server[0].shutdown()
+            if server is not None:
+                server.shutdown()
             store.close()
             lock.close()
         self.log.info("daemon.stop")
         return 0
+
+    def _status_page(self) -> str:
+        """The HTML of `/`, read from the state database at each request (its own read-only connection)."""
+        from reconciler.daemon.status_page import load_snapshot, render
+
+        return render(load_snapshot(self.config.state_path / "state.db", self.config.mode, self._source_text()))
 
     def _source_text(self) -> str:
         if self.config.repository:

@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS current_drift (
     summary TEXT NOT NULL,
     pending_commit INTEGER NOT NULL,
     since REAL NOT NULL,
+    diff TEXT,
     PRIMARY KEY (node, driver, resource)
 );
 CREATE TABLE IF NOT EXISTS meta (
@@ -56,6 +57,8 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 """
+
+MAX_DIFF = 64 * 1024  # characters of a drift diff kept for the status page
 
 RUN_COLUMNS = "run_id, trigger, mode, commit_sha, subject, started, ended, outcome, changes, applied, nodes, error"
 
@@ -89,6 +92,7 @@ class DriftRecord:
     summary: str
     pending_commit: bool
     since: float
+    diff: str | None = None
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -98,6 +102,8 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
+    if "diff" not in {row[1] for row in conn.execute("PRAGMA table_info(current_drift)")}:
+        conn.execute("ALTER TABLE current_drift ADD COLUMN diff TEXT")  # a database of an older daemon
     try:
         from checks import store as check_store
     except ImportError:  # the checks package is optional for the store
@@ -110,9 +116,15 @@ def connect(path: Path) -> sqlite3.Connection:
 class Store:
     """Typed access to the state database."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection | None = None) -> None:
         self.path = path
-        self.conn = connect(path)
+        self.conn = conn or connect(path)
+
+    @classmethod
+    def open_read_only(cls, path: Path) -> Store:
+        """A reader that cannot write (SQLite `mode=ro`), for the status page's thread; schema left as it is."""
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False)
+        return cls(path, conn)
 
     def close(self) -> None:
         """Close the database."""
@@ -172,8 +184,10 @@ class Store:
             for change in changes:
                 key = (change.node, change.driver, change.resource)
                 since = before.get(key, now)
-                conn.execute("INSERT OR REPLACE INTO current_drift VALUES (?,?,?,?,?,?,?)",
-                             (*key, change.action, change.summary or change.resource, int(pending_commit), since))
+                conn.execute("INSERT OR REPLACE INTO current_drift (node, driver, resource, action, summary, "
+                             "pending_commit, since, diff) VALUES (?,?,?,?,?,?,?,?)",
+                             (*key, change.action, change.summary or change.resource, int(pending_commit), since,
+                              change.diff[:MAX_DIFF] if change.diff else None))
                 if key not in before and not pending_commit:
                     conn.execute("INSERT INTO drift_events (run_id, detected, commit_sha, node, driver, resource, "
                                  "action, summary) VALUES (?,?,?,?,?,?,?,?)",
@@ -190,9 +204,9 @@ class Store:
 
     def current_drift(self) -> list[DriftRecord]:
         """What differs from the desired state, as of the last run that could tell."""
-        rows = self.conn.execute("SELECT node, driver, resource, action, summary, pending_commit, since "
+        rows = self.conn.execute("SELECT node, driver, resource, action, summary, pending_commit, since, diff "
                                  "FROM current_drift ORDER BY node, driver, resource").fetchall()
-        return [DriftRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6]) for r in rows]
+        return [DriftRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7]) for r in rows]
 
     def drift_events(self, limit: int = 50) -> list[dict[str, Any]]:
         """Recent drift events, newest first."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.backend import SSHTransport, wrap_command
+from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
 
@@ -96,3 +99,46 @@ def test_sudo_wanting_a_password_fails_fast_instead_of_hanging(tmp_path: Path, s
     assert result.error is None and result.exit_code == 1
     assert "password is required" in result.stderr
     assert result.duration < 10
+
+
+# ---------------------------------------------------------------- the shipped sudoers rule (deploy/sudoers.reconciler)
+
+SUDOERS = Path(__file__).resolve().parents[2] / "deploy" / "sudoers.reconciler"
+
+
+@pytest.mark.skipif(not shutil.which("visudo"), reason="needs sudo's visudo")
+def test_shipped_sudoers_file_parses() -> None:
+    check = subprocess.run(["visudo", "-cf", str(SUDOERS)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0 and "parsed OK" in check.stdout, check.stdout + check.stderr
+
+
+@pytest.fixture
+def shipped_rule_user() -> Iterator[str]:
+    """A user holding exactly the shipped rule (the file's `reconciler` renamed, so no real account is touched)."""
+    name = "rtbrecon"
+    make_user(name, None)
+    rule = Path(f"/etc/sudoers.d/{name}")
+    rule.write_text(re.sub(r"\breconciler\b(?= ALL=|, )|(?<=Defaults:)reconciler\b", name, SUDOERS.read_text()))
+    rule.chmod(0o440)
+    yield name
+    remove_user(name)
+
+
+@needs_sudo
+def test_shipped_sudoers_rule_runs_the_reconcilers_commands_and_nothing_else(
+        tmp_path: Path, sshd: Sshd, client_key: tuple[Path, str], shipped_rule_user: str) -> None:
+    """Over SSH as that user, fact gathering runs as root; the same user's bare `sudo -n id` is refused."""
+    assert f"{shipped_rule_user} ALL=(root) NOPASSWD" in Path(f"/etc/sudoers.d/{shipped_rule_user}").read_text()
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_line)
+    ssh = SSHDefaults(known_hosts="known_hosts", connect_timeout=3, command_timeout=30)
+    request = FactRequest(files=["/etc/shadow"], commands={"uid": "id -u"})
+    with SSHTransport(ssh, tmp_path) as transport:
+        result = transport.run(node(sshd.port, client_key[0], shipped_rule_user), GATHER_COMMAND,
+                               stdin=request.to_json())
+    assert result.ok, result.describe()
+    facts = json.loads(result.stdout)
+    assert facts["commands"]["uid"]["stdout"] == "0\n"
+    assert facts["files"]["/etc/shadow"]["exists"]  # readable only by root
+    bare = subprocess.run(["runuser", "-u", shipped_rule_user, "--", "sudo", "-n", "id", "-u"], capture_output=True,
+                          text=True, timeout=30)
+    assert bare.returncode != 0 and bare.stdout == "", bare.stdout
