@@ -351,6 +351,8 @@ def _summary(report: PrPlan) -> list[str]:
                                                       for n, why in sorted(plan.unreachable.items())] + [""]
         if plan.errors:
             lines += ["**Errors**", ""] + [f"- {_esc(e)}" for e in plan.errors] + [""]
+        if plan.warnings:  # risk warnings (reconciler/risks.py) and the like: not errors
+            lines += ["**Warnings**", ""] + [_error_md(w) for w in plan.warnings] + [""]
         if report.not_gathered:
             lines += [f"**Not planned**: {NOT_GATHERED}; the daemon plans these once the PR is merged.", ""]
             lines += [f"- `{c.node}` <code>{c.driver}</code>: {_esc(c.summary)}" for c in report.not_gathered]

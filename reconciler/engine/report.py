@@ -86,6 +86,8 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
         head.append("")
     if plan.errors:
         head += ["**Errors**", ""] + [f"- {e}" for e in plan.errors] + [""]
+    if plan.warnings:
+        head += ["**Warnings**", ""] + [f"- {w}" for w in plan.warnings] + [""]
     tail = [*(extra_sections or [])]
     body = []
     for node, changes in _by_node([c for c in plan.changes if c.changing]).items():
