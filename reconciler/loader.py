@@ -15,7 +15,11 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
 from ruamel.yaml.events import (
-    AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent, ScalarEvent,
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    NodeEvent,
+    ScalarEvent,
 )
 
 from reconciler.model import DesiredState

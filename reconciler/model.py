@@ -9,8 +9,19 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from reconciler import hostlist, values
 from reconciler.values import (
-    EnrootUri, ExportClient, ExportOption, ExportPath, FstabField, GresWord, MountOption, MultilineText,
-    NameToken, SlurmPath, SlurmStr, SlurmWord, Text,
+    EnrootUri,
+    ExportClient,
+    ExportOption,
+    ExportPath,
+    FstabField,
+    GresWord,
+    MountOption,
+    MultilineText,
+    NameToken,
+    SlurmPath,
+    SlurmStr,
+    SlurmWord,
+    Text,
 )
 
 SlurmScalar = str | int | float | bool
