@@ -83,7 +83,10 @@ def check_strings(value: Any, allow: str = "") -> Any:
     elif isinstance(value, Mapping):
         for key, item in value.items():
             check_strings(key, allow)
-            check_strings(item, allow)
+            try:
+                check_strings(item, allow)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
     elif isinstance(value, list | tuple | set | frozenset):
         for item in value:
             check_strings(item, allow)
