@@ -14,6 +14,7 @@ from reconciler.facts.models import MountFact, NodeFacts
 from reconciler.model import Mount
 from reconciler.render.blocks import BlockError, block_body
 from reconciler.render.storage import fstab_block
+from reconciler.values import fstab_unescape
 
 FSTAB = "/etc/fstab"
 
@@ -29,7 +30,8 @@ def _old_mountpoints(content: str | None) -> list[tuple[str, str]]:
         body = block_body(content or "") or []
     except BlockError:
         return []
-    return [(f[0], f[1]) for f in (line.split() for line in body) if len(f) >= 2 and not f[0].startswith("#")]
+    return [(fstab_unescape(f[0]), fstab_unescape(f[1])) for f in (line.split() for line in body)
+            if len(f) >= 2 and not f[0].startswith("#")]
 
 
 class MountsDriver:

@@ -39,8 +39,12 @@ def main() -> None:
 @click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
 def validate(directory: str) -> None:
     """Validate a desired-state directory: schema, cross-references, hostlists."""
+    from reconciler.risks import risk_warnings
+
     loaded = load_or_exit(directory)
     state = loaded.state
+    for warning in risk_warnings(loaded):
+        click.echo(f"warning: {warning}", err=True)
     click.echo(
         f"{directory}: valid ({len(loaded.files)} files, {len(state.nodes)} inventory entries, "
         f"{len(state.cluster.partitions)} partitions)"

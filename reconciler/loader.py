@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,13 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    NodeEvent,
+    ScalarEvent,
+)
 
 from reconciler.model import DesiredState
 
@@ -20,6 +28,32 @@ KeyPath = tuple[str | int, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MERGEABLE_LISTS = ("nodes", "images", "patches")
 _DUPLICATE_KEY = re.compile(r'found duplicate key "(.*)" with value')
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """Bounds on what one YAML file may cost to load (issue 13): a file over them is refused with file:line.
+
+    Defaults come from the environment (RECONCILER_YAML_MAX_FILE_BYTES, RECONCILER_YAML_MAX_ALIAS_EXPANSIONS,
+    RECONCILER_YAML_MAX_DEPTH), else 5 MB, 5,000 and 64.
+    """
+
+    max_file_bytes: int = 5_000_000
+    max_alias_expansions: int = 5_000  # nodes an alias brings in, counted as if every alias were copied out
+    max_depth: int = 64  # nested mappings and sequences
+
+    @classmethod
+    def from_env(cls) -> LoadLimits:
+        """The limits, with any RECONCILER_YAML_MAX_* variable of the environment applied."""
+        def env(name: str, default: int) -> int:
+            raw = os.environ.get(f"RECONCILER_YAML_MAX_{name}")
+            return int(raw) if raw and raw.isdigit() else default
+
+        return cls(env("FILE_BYTES", cls.max_file_bytes), env("ALIAS_EXPANSIONS", cls.max_alias_expansions),
+                   env("DEPTH", cls.max_depth))
+
+
+OVER_LIMITS = "over limits"
 
 
 @dataclass(frozen=True)
@@ -160,10 +194,59 @@ def _duplicate_key_path(text: str, exc: DuplicateKeyError) -> KeyPath:
     return (*parent, match.group(1)) if match else parent
 
 
-def _parse_file(path: Path, rel: str, errors: list[ConfigError]) -> Any:
+def _bounds_error(text: str, rel: str, limits: LoadLimits) -> ConfigError | None:
+    """Walk the YAML events once (no document is built) and stop at the first limit passed.
+
+    An alias counts as many nodes as its anchor holds once every alias inside it is copied out, which is
+    what loading it costs: nine levels of ten aliases is 10^9 nodes, refused after the first few thousand.
+    """
+    sizes: dict[str, int] = {}  # anchor -> expanded node count
+    stack: list[list[Any]] = []  # open collections: [anchor, expanded node count so far]
+    expansions = 0
+    for event in _yaml().parse(text):
+        if not isinstance(event, NodeEvent | CollectionEndEvent):
+            continue
+        mark = event.start_mark
+        if isinstance(event, AliasEvent):
+            size = sizes.get(str(event.anchor), 1)
+            expansions += size
+            if expansions > limits.max_alias_expansions:
+                return ConfigError(Location(rel, mark.line + 1, mark.column + 1), (),
+                                   f"{OVER_LIMITS}: more than {limits.max_alias_expansions} alias expansions "
+                                   f"(alias *{event.anchor} brings in {size} node(s)); refused before loading")
+        elif isinstance(event, ScalarEvent):
+            size = 1
+            if event.anchor:
+                sizes[str(event.anchor)] = 1
+        elif isinstance(event, CollectionStartEvent):
+            stack.append([event.anchor, 1])
+            if len(stack) > limits.max_depth:
+                return ConfigError(Location(rel, mark.line + 1, mark.column + 1), (),
+                                   f"{OVER_LIMITS}: nested deeper than {limits.max_depth} levels")
+            continue
+        else:  # the end of a mapping or sequence
+            anchor, size = stack.pop()
+            if anchor:
+                sizes[str(anchor)] = size
+        if stack:
+            stack[-1][1] += size
+    return None
+
+
+def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None) -> Any:
+    limits = limits or LoadLimits.from_env()
     text = ""
     try:
+        size = path.stat().st_size
+        if size > limits.max_file_bytes:
+            errors.append(ConfigError(Location(rel, 1, 1), (), f"{OVER_LIMITS}: file of {size} bytes is larger "
+                                      f"than {limits.max_file_bytes} bytes"))
+            return None
         text = path.read_text(encoding="utf-8")
+        bounds = _bounds_error(text, rel, limits)
+        if bounds is not None:
+            errors.append(bounds)
+            return None
         return _yaml().load(text)
     except DuplicateKeyError as exc:
         mark = exc.problem_mark
@@ -178,13 +261,14 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError]) -> Any:
     return None
 
 
-def _merge(root: Path, files: list[Path], errors: list[ConfigError]) -> tuple[dict[str, Any], dict[KeyPath, Location]]:
+def _merge(root: Path, files: list[Path], errors: list[ConfigError],
+           limits: LoadLimits | None = None) -> tuple[dict[str, Any], dict[KeyPath, Location]]:
     """Merge the top-level keys of all files: mappings once, lists concatenated."""
     merged: dict[str, Any] = {}
     locations: dict[KeyPath, Location] = {}
     for path in files:
         rel = str(path.relative_to(root))
-        doc = _parse_file(path, rel, errors)
+        doc = _parse_file(path, rel, errors, limits)
         if doc is None:
             continue
         if not isinstance(doc, CommentedMap):
@@ -288,7 +372,7 @@ def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[t
     return []
 
 
-def load_dir(root: str | Path, commit: str | None = None) -> LoadedState:
+def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | None = None) -> LoadedState:
     """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
     from reconciler.crosscheck import cross_check  # late import: crosscheck needs the loaded model
 
@@ -299,7 +383,7 @@ def load_dir(root: str | Path, commit: str | None = None) -> LoadedState:
     errors: list[ConfigError] = []
     if not files:
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
-    merged, locations = _merge(root, files, errors)
+    merged, locations = _merge(root, files, errors, limits)
     state: DesiredState | None = None
     try:
         state = DesiredState.model_validate(merged)

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from reconciler import hostlist
+from reconciler import hostlist, values
 from reconciler import params as slurm_params
+from reconciler.values import (
+    EnrootUri,
+    ExportClient,
+    ExportOption,
+    ExportPath,
+    FstabField,
+    GresWord,
+    MountOption,
+    MultilineText,
+    NameToken,
+    SlurmPath,
+    SlurmStr,
+    SlurmWord,
+    Text,
+)
 
 SlurmScalar = str | int | float | bool
 
@@ -21,15 +35,23 @@ _MODE = re.compile(r"^0?[0-7]{3,4}$")
 
 
 class Strict(BaseModel):
-    """Base of every schema model: unknown keys are errors."""
+    """Base of every schema model: unknown keys are errors; no string anywhere holds a control character."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    # The safety net under the per-field types: every string and mapping key of every field, except the
+    # fields listed in `_multiline` (file content), is free of control and invisible characters.
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_chars(cls, value: Any, info: Any) -> Any:
+        return values.check_strings(value, values.MULTILINE_OK if info.field_name in _MULTILINE else "")
+
+
+_MULTILINE = frozenset({"content", "match", "replace"})
+
 
 def _absolute(path: str) -> str:
-    if not path.startswith("/"):
-        raise ValueError(f"path must be absolute, got {path!r}")
-    return posixpath.normpath(path)
+    return values.clean_abs_path(path)  # absolute and already normalised: nothing is normalised silently
 
 
 def _hostlist_expr(expr: str) -> str:
@@ -39,6 +61,7 @@ def _hostlist_expr(expr: str) -> str:
 
 # Checked wherever used (slurm.conf paths, check mounts, ...), not only where a field validator says so.
 AbsPath = Annotated[str, AfterValidator(_absolute), Field(description="An absolute path on the node")]
+SlurmAbsPath = Annotated[SlurmPath, Field(description="An absolute path on the node")]
 Hostlist = Annotated[str, Field(description="A Slurm hostlist expression, e.g. dgx[01-16]")]
 
 
@@ -119,7 +142,13 @@ class ParamMap(BaseModel):
                 raise ValueError(f"not a {cls.FILE} key: {key!r}")
             if slurm_params.lookup(cls.FILE, key) is not None:
                 raise ValueError(f"{key} is a known {cls.FILE} parameter: set it directly, not under extra")
+        values.check_slurm_mapping(value)
         return value
+
+    @model_validator(mode="after")
+    def _safe_values(self) -> ParamMap:
+        values.check_slurm_mapping(self.written())
+        return self
 
     def written(self) -> dict[str, SlurmScalar]:
         """The known parameters as written (original spelling), in the order written."""
@@ -154,7 +183,7 @@ class GPUs(Strict):
     """GPUs of each node in a node set."""
 
     count: int = Field(ge=1)
-    type: str | None = Field(default=None, description="GRES type, e.g. h100, h200, a100")
+    type: GresWord | None = Field(default=None, description="GRES type, e.g. h100, h200, a100")
 
 
 class NodeSet(Strict):
@@ -167,13 +196,14 @@ class NodeSet(Strict):
     cores_per_socket: int | None = Field(default=None, ge=1, alias="CoresPerSocket")
     threads_per_core: int | None = Field(default=None, ge=1, alias="ThreadsPerCore")
     real_memory: int | None = Field(default=None, ge=1, alias="RealMemory", description="MiB")
-    features: list[str] = Field(default_factory=list, alias="Features")
+    features: list[SlurmWord] = Field(default_factory=list, alias="Features")
     gpus: GPUs | None = None
     weight: int | None = Field(default=None, alias="Weight")
-    state: str | None = Field(default=None, alias="State", description="e.g. CLOUD, FUTURE")
+    state: SlurmWord | None = Field(default=None, alias="State", description="e.g. CLOUD, FUTURE")
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other NodeName= parameters")
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+    _check_params = field_validator("params")(lambda cls, v: values.check_slurm_mapping(v))
 
 
 class Partition(Strict):
@@ -187,6 +217,7 @@ class Partition(Strict):
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other PartitionName= parameters")
 
     _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
+    _check_params = field_validator("params")(lambda cls, v: values.check_slurm_mapping(v))
 
     @field_validator("max_time")
     @classmethod
@@ -203,13 +234,15 @@ class GresLine(Strict):
     """An explicit gres.conf line."""
 
     nodes: Hostlist | None = None
-    name: str = "gpu"
-    type: str | None = None
-    file: str | None = Field(default=None, description="Device files, e.g. /dev/nvidia[0-7]")
-    count: int | str | None = Field(default=None, description="e.g. 8, or 10G for shards/MPS")
-    cores: str | None = None
-    links: str | None = None
+    name: GresWord = "gpu"
+    type: GresWord | None = None
+    file: SlurmStr | None = Field(default=None, description="Device files, e.g. /dev/nvidia[0-7]")
+    count: int | SlurmWord | None = Field(default=None, description="e.g. 8, or 10G for shards/MPS")
+    cores: SlurmStr | None = None
+    links: SlurmStr | None = None
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other gres.conf line parameters")
+
+    _check_params = field_validator("params")(lambda cls, v: values.check_slurm_mapping(v))
 
     _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
 
@@ -237,13 +270,15 @@ class CgroupConf(ParamMap):
     FILE: ClassVar[str] = "cgroup.conf"
     __pydantic_extra__: dict[CgroupConfKey, SlurmScalar] = Field(init=False)  # type: ignore[valid-type]
 
+    _check_extra = field_validator("extra")(lambda cls, v: values.check_slurm_mapping(v))
+
 
 class HealthCheck(Strict):
     """Slurm's own HealthCheckProgram (e.g. NHC)."""
 
-    program: AbsPath
+    program: SlurmAbsPath
     interval: int = Field(default=300, ge=0, description="seconds")
-    node_state: str | None = Field(default=None, description="e.g. ANY, IDLE, CYCLE")
+    node_state: SlurmWord | None = Field(default=None, description="e.g. ANY, IDLE, CYCLE")
 
     _abs = field_validator("program")(lambda cls, v: _absolute(v))
 
@@ -265,6 +300,7 @@ class Cluster(Strict):
     cgroup: CgroupConf | None = None
     prolog: AbsPath | None = None
     epilog: AbsPath | None = None
+    _slurm_paths = field_validator("prolog", "epilog")(lambda cls, v: values.slurm_value(v))
     health_check: HealthCheck | None = None
     config_dir: AbsPath = Field(default="/etc/slurm", description="Where slurm.conf lives on every node")
 
@@ -310,14 +346,14 @@ class Node(Strict):
     """One node, or a hostlist of alike nodes, and how to reach it over SSH."""
 
     name: Hostlist
-    host: str | None = Field(default=None, description="Address or ssh_config alias; '{name}' is replaced")
+    host: Text | None = Field(default=None, description="Address or ssh_config alias; '{name}' is replaced")
     port: int | None = Field(default=None, ge=1, le=65535)
     user: str | None = None
     identity_file: str | None = None
     proxy_jump: str | None = Field(default=None, description="Bastion, [user@]host[:port]")
     roles: list[Role] = Field(default_factory=list)
     service_manager: ServiceManager | None = None
-    drain: str | None = Field(default=None, description="Keep this node drained with this reason")
+    drain: SlurmStr | None = Field(default=None, description="Keep this node drained with this reason")
 
     _check_name = field_validator("name")(lambda cls, v: _hostlist_expr(v))
 
@@ -344,10 +380,10 @@ class SSHDefaults(Strict):
 class NfsExport(Strict):
     """A line of /etc/exports on an NFS server node."""
 
-    server: str
-    path: AbsPath
-    clients: list[str] = Field(min_length=1, description="Client specs: host, IP, CIDR, @netgroup, *")
-    options: list[str] = Field(default_factory=lambda: ["rw", "sync", "no_subtree_check"])
+    server: NameToken
+    path: ExportPath
+    clients: list[ExportClient] = Field(min_length=1, description="Client specs: host, IP, CIDR, @netgroup, *")
+    options: list[ExportOption] = Field(default_factory=lambda: ["rw", "sync", "no_subtree_check"])
 
     _abs = field_validator("path")(lambda cls, v: _absolute(v))
 
@@ -355,10 +391,10 @@ class NfsExport(Strict):
 class Mount(Strict):
     """An /etc/fstab entry, mounted on a set of nodes."""
 
-    source: str = Field(description="server:/path for NFS, MGS@tcp:/fs for Lustre, or a device")
+    source: FstabField = Field(description="server:/path for NFS, MGS@tcp:/fs for Lustre, or a device")
     mountpoint: AbsPath
     type: str = Field(default="nfs", pattern=r"^[a-z0-9.]+$", description="nfs, nfs4, lustre, ...")
-    options: list[str] = Field(default_factory=lambda: ["defaults"])
+    options: list[MountOption] = Field(default_factory=lambda: ["defaults"])
     nodes: Hostlist
     dump: int = 0
     passno: int = 0
@@ -384,9 +420,9 @@ class Storage(Strict):
 class Image(Strict):
     """An enroot container image kept as a squashfs file on shared storage."""
 
-    uri: str = Field(pattern=r"^(docker|dockerd|podman)://", description="e.g. docker://nvcr.io#nvidia/pytorch:24.04-py3")
+    uri: EnrootUri = Field(description="e.g. docker://nvcr.io#nvidia/pytorch:24.04-py3")
     path: AbsPath = Field(description="Target .sqsh file")
-    import_on: str = Field(description="The node that runs `enroot import`")
+    import_on: NameToken = Field(description="The node that runs `enroot import`")
 
     _abs = field_validator("path")(lambda cls, v: _absolute(v))
 
@@ -397,12 +433,12 @@ class Patch(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     path: AbsPath
     nodes: Hostlist
-    match: str | None = None
-    replace: str | None = None
-    content: str | None = Field(default=None, description="Whole file content (instead of match/replace)")
+    match: MultilineText | None = None
+    replace: MultilineText | None = None
+    content: MultilineText | None = Field(default=None, description="Whole file content (instead of match/replace)")
     mode: str | None = Field(default=None, description="Octal, e.g. '0755'")
-    owner: str | None = None
-    group: str | None = None
+    owner: NameToken | None = None
+    group: NameToken | None = None
     validate_cmd: str | None = Field(
         default=None, alias="validate",
         description="Checks the new file before install; %s is its temp path, e.g. sh -n %s")
@@ -458,9 +494,9 @@ class NodeCheck(Strict):
     interval: str = "10m"
     gpus: GpuExpectation | None = None
     mounts: list[AbsPath] = Field(default_factory=list, description="Must be mounted and writable")
-    services: list[str] = Field(default_factory=list, description="e.g. munge, slurmd")
+    services: list[NameToken] = Field(default_factory=list, description="e.g. munge, slurmd")
     images: bool = Field(default=False, description="Enroot images of this repo must be present")
-    slurm_state: list[str] = Field(default_factory=list, description="Acceptable Slurm states, e.g. IDLE, MIXED")
+    slurm_state: list[NameToken] = Field(default_factory=list, description="Acceptable Slurm states, e.g. IDLE, MIXED")
     drain_on_fail: bool = True
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
@@ -493,13 +529,21 @@ class NcclCheck(Strict):
         default="single-node", description="local: no srun; one process per node with -g ntasks_per_node x "
                                            "gpus_per_task, never drains")
     nodes: Hostlist | None = None
-    partition: str | None = None
+    partition: NameToken | None = None
     ntasks_per_node: int = Field(default=8, ge=1)
     gpus_per_task: int = Field(default=1, ge=0)
     mpi: Literal["pmix", "pmi2", "none"] | None = "pmix"
     container_image: str | None = None
     container_mounts: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"not an environment variable name: {key!r}")
+        return value
     env_profile: AbsPath | None = Field(default=None, description="Script sourced first, e.g. nccl-env-profile.sh")
     schedule: str | None = Field(default=None, description="'daily HH:MM' or an interval like 6h")
     timeout: str = "15m"

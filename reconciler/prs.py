@@ -41,16 +41,18 @@ from reconciler.engine.planner import make_plan, slurm_actions
 from reconciler.engine.report import MARKER, SYMBOLS
 from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Forge, ForgeError, PullRequest, redact
-from reconciler.loader import ConfigError, DesiredStateError, LoadedState, Location, load_dir
+from reconciler.isolate import ChildFailed, LimitExceeded, Limits, run_limited
+from reconciler.loader import OVER_LIMITS, ConfigError, DesiredStateError, LoadedState, LoadLimits, Location, load_dir
 from reconciler.source import describe_source
 
 RENDER_VERSION = "2"  # bump when the comment's layout changes: every PR is re-commented once
 LOCAL_REF = "refs/reconciler/pr/{number}"
 MAX_FILE_BYTES = 4 << 20
 YAML_SUFFIXES = (".yaml", ".yml")
+DEFAULT_LIMITS = Limits()  # per PR: CPU time, memory, wall clock (the daemon's config may set others)
 NOT_GATHERED = "their facts were not gathered this cycle (the daemon reads what the main branch needs)"
 
-Status = Literal["ok", "invalid", "error"]
+Status = Literal["ok", "invalid", "error", "limits"]
 ResultStatus = Literal["created", "edited", "unchanged", "skipped", "failed"]
 
 
@@ -101,6 +103,8 @@ class PrPlan:
         """no changes / N change(s) on M node(s) / invalid, plus drift and unplanned nodes."""
         if self.status == "invalid":
             return f"invalid: {len(self.errors)} validation error(s)"
+        if self.status == "limits":
+            return f"over limits: {self.errors[0] if self.errors else 'planning was stopped'}"
         if self.status == "error" or self.plan is None:
             return "error: the plan could not be made"
         own = self.own
@@ -242,10 +246,32 @@ def plan_main(base: LoadedState, facts: ClusterFacts, drivers: Sequence[Driver])
     return ctx, make_plan(ctx, drivers)
 
 
+def _load_and_plan(root: Path, sha: str, subdir: str, facts: ClusterFacts, main_plan: Plan,
+                   drivers: Sequence[Driver], source: str,
+                   load_limits: LoadLimits | None) -> tuple[Status, list[str], Plan | None]:
+    """Validate and plan an exported PR tree: the part that runs the PR's input, isolated by the caller."""
+    try:
+        loaded = load_dir(root, commit=sha, limits=load_limits)
+    except DesiredStateError as exc:
+        errors = _display_errors(exc, root, subdir)
+        over = [e for e in errors if f": {OVER_LIMITS}: " in e]
+        return ("limits", over, None) if over else ("invalid", errors, None)
+    try:
+        return "ok", [], plan_pull_request(loaded, facts, main_plan, drivers, source)
+    except Exception as exc:  # a renderer bug must not stop the other PRs
+        return "error", [f"{type(exc).__name__}: {exc}"], None
+
+
 def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts: ClusterFacts,
                   main_ctx: Context, main_plan: Plan, drivers: Sequence[Driver], checks: list[str],
-                  fetch_ref: str = "") -> PrPlan:
-    """Export, validate and plan one PR head (already fetched) against the live facts."""
+                  fetch_ref: str = "", limits: Limits | None = None,
+                  load_limits: LoadLimits | None = None) -> PrPlan:
+    """Export, validate and plan one PR head (already fetched) against the live facts.
+
+    The tree is exported here (Git reads only, sizes bounded); validating and planning it, the part that
+    parses what the PR author wrote, runs in a child process under LIMITS (reconciler/isolate.py) when
+    given: a PR that breaks one gets status "limits" and the name of the limit.
+    """
     name = PurePosixPath(subdir.strip("/")).name or Path(repo.working_dir or ".").name
     result = PrPlan(number=pr.number, head_sha=sha, head_ref=pr.head_ref, subdir=subdir, status="ok",
                     main_plan=main_plan, checks=list(checks), base_commit=main_ctx.loaded.commit,
@@ -254,16 +280,18 @@ def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts:
         root = Path(tmp) / name
         try:
             export_tree(repo, sha, subdir, root)
-            loaded = load_dir(root, commit=sha)
         except DesiredStateError as exc:
             result.status = "invalid"
             result.errors = _display_errors(exc, root, subdir)
             return result
+        args = (root, sha, subdir, facts, main_plan, drivers, f"{name} @ {sha[:12]}", load_limits)
         try:
-            result.plan = plan_pull_request(loaded, facts, main_plan, drivers, f"{name} @ {sha[:12]}")
-        except Exception as exc:  # a renderer bug must not stop the other PRs
-            result.status = "error"
-            result.errors = [f"{type(exc).__name__}: {exc}"]
+            result.status, result.errors, result.plan = (
+                run_limited(_load_and_plan, args, limits) if limits is not None else _load_and_plan(*args))
+        except LimitExceeded as exc:
+            result.status, result.errors = "limits", [f"validating and planning this PR broke the {exc}"]
+        except ChildFailed as exc:
+            result.status, result.errors = "error", [str(exc)]
     return result
 
 
@@ -359,7 +387,7 @@ def _summary(report: PrPlan, own: list[FoldedChange]) -> list[str]:
     if report.status == "invalid":
         where = report.subdir.strip("/") or "."
         lines += [f"**Validation errors** (in `{where}/`)", ""] + [_error_md(e) for e in report.errors] + [""]
-    elif report.status == "error":
+    elif report.status in ("error", "limits"):
         lines += ["**Error**", ""] + [f"- {_esc(e)}" for e in report.errors] + [""]
     plan = report.plan
     if plan is not None:
@@ -373,6 +401,8 @@ def _summary(report: PrPlan, own: list[FoldedChange]) -> list[str]:
         if plan.errors:
             errors = fold_mentions(plan.errors, {c.node for c in plan.changes})
             lines += ["**Errors**", ""] + [f"- {_esc(e)}" for e in errors] + [""]
+        if plan.warnings:  # risk warnings (reconciler/risks.py) and the like: not errors
+            lines += ["**Warnings**", ""] + [_error_md(w) for w in plan.warnings] + [""]
         if report.not_gathered:
             lines += [f"**Not planned**: {NOT_GATHERED}; the daemon plans these once the PR is merged.", ""]
             lines += [f"- `{cap_nodeset(e.nodeset, SHORT_CAP)}` <code>{e.driver}</code>: {_esc(e.summary)}"
@@ -523,8 +553,14 @@ def _prune_refs(repo: git.Repo, open_prs: set[int]) -> None:
 
 def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: ClusterFacts, base: LoadedState,
                          conn: sqlite3.Connection | None, checks_status: list[str], log: Any, *,
-                         remote: str = "origin", drivers: Sequence[Driver] | None = None) -> list[PrReportResult]:
-    """Plan every open PR against this cycle's facts and upsert its comment, when its head or the facts changed."""
+                         remote: str = "origin", drivers: Sequence[Driver] | None = None,
+                         limits: Limits | None = DEFAULT_LIMITS,
+                         load_limits: LoadLimits | None = None) -> list[PrReportResult]:
+    """Plan every open PR against this cycle's facts and upsert its comment, when its head or the facts changed.
+
+    Each PR is validated and planned in a child process under LIMITS (None: in this process); one that
+    breaks them gets a comment naming the limit, and the next PR is planned.
+    """
     drivers = list(drivers) if drivers is not None else all_drivers()
     cache = ReportCache(conn)
     try:
@@ -553,7 +589,9 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
                 log.error("prs.main_plan_failed", error=f"{type(exc).__name__}: {exc}")
                 return results
         report = build_pr_plan(repo, subdir, pr, sha, facts, main[0], main[1], drivers, checks_status,
-                               forge.pr_ref(pr.number))
+                               forge.pr_ref(pr.number), limits=limits, load_limits=load_limits)
+        if report.status == "limits":
+            log.warning("prs.over_limits", pr=pr.number, sha=sha[:12], error=report.errors[0][:300])
         body = render_pr_comment(report, limit=min(forge.comment_limit, 65_536) - 1)
         try:
             upserted = forge.upsert_comment(pr, body, MARKER)

@@ -8,8 +8,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from reconciler.forge.config import ForgeConfig as ForgeClientConfig
+from reconciler.isolate import Limits
 from reconciler.loader import load_yaml_model
-from reconciler.model import Strict, parse_duration
+from reconciler.model import Strict, parse_duration, parse_size
 
 
 def _duration(value: str | int) -> str | int:
@@ -69,10 +70,27 @@ class RetryPolicy(Strict):
     _durations = field_validator("initial", "max")(lambda cls, v: _duration(v))
 
 
+class PlanLimits(Strict):
+    """What validating and planning one pull request may use (a child process under setrlimit)."""
+
+    cpu: str | int = Field(default="60s", description="CPU time")
+    memory: str | int = Field(default="1G", description="Memory on top of the daemon's own")
+    wall: str | int = Field(default="2m", description="Wall-clock time")
+
+    _durations = field_validator("cpu", "wall")(lambda cls, v: _duration(v))
+    _memory = field_validator("memory")(lambda cls, v: (parse_size(v), v)[1])
+
+    def limits(self) -> Limits:
+        """As reconciler.isolate.Limits."""
+        return Limits(cpu_seconds=parse_duration(self.cpu), memory_bytes=parse_size(self.memory),
+                      wall_seconds=float(parse_duration(self.wall)))
+
+
 class ForgeConfig(ForgeClientConfig):
     """Where pull requests live (see reconciler/forge/config.py), and how often their drift comments are renewed."""
 
     interval: str | int = "2m"
+    plan_limits: PlanLimits = Field(default_factory=lambda: PlanLimits())
 
     _interval = field_validator("interval")(lambda cls, v: _duration(v))
 

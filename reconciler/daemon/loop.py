@@ -372,7 +372,8 @@ class Reconciler:
                 log.error("prs.forge_unavailable", error=str(exc))
                 return
         results = report_pull_requests(self.source.repo, self.config.repository.subdir, self.forge, run.ctx.facts,
-                                       target.loaded, self.store.conn, self._checks_status(), log)
+                                       target.loaded, self.store.conn, self._checks_status(), log,
+                                       limits=self.config.forge.plan_limits.limits())
         if results:
             log.info("prs.done", **{status: sum(r.status == status for r in results)
                                     for status in {r.status for r in results}})

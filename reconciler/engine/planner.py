@@ -10,6 +10,7 @@ from reconciler.engine.context import Context, shared_render
 from reconciler.engine.plan import Change, Plan, SlurmActions
 from reconciler.inventory import slurm_nodes
 from reconciler.render.files import file_path
+from reconciler.risks import risk_warnings
 
 
 def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
@@ -32,6 +33,7 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
                            for c in plan.changes)
         (plan.warnings if first_config else plan.errors).append(message)
     plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
+    plan.warnings += [str(w) for w in risk_warnings(ctx.loaded)]
     plan.slurm = slurm_actions(ctx, plan)
     return plan
 

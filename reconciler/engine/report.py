@@ -152,6 +152,8 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
     if plan.errors:
         errors = plan.errors if per_node else fold_mentions(plan.errors, {c.node for c in plan.changes})
         head += ["**Errors**", ""] + [f"- {e}" for e in errors] + [""]
+    if plan.warnings:
+        head += ["**Warnings**", ""] + [f"- {w}" for w in plan.warnings] + [""]
     tail = [*(extra_sections or [])]
     text = "\n".join(head) + "\n" + "".join(_md_body(plan, entries, True)) + "\n".join(tail)
     if len(text) <= limit:

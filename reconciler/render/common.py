@@ -8,12 +8,16 @@ SlurmValue = str | int | float | bool | None
 
 
 def slurm_value(value: SlurmValue) -> str:
-    """Format a value the way slurm.conf expects it (quotes when it holds spaces)."""
+    """Format a value the way Slurm's parser reads it back: `\\` and `#` escaped, quotes when it holds spaces.
+
+    The schema (reconciler/values.py) has already refused what Slurm cannot read back: control characters,
+    `"` and empty values.
+    """
     if isinstance(value, bool):
         return "YES" if value else "NO"
-    text = str(value)
-    if any(ch.isspace() for ch in text) or "#" in text:
-        return '"' + text.replace('"', '\\"') + '"'
+    text = str(value).replace("\\", "\\\\").replace("#", "\\#")
+    if " " in text:
+        return f'"{text}"'
     return text
 
 

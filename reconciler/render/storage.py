@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reconciler import hostlist
 from reconciler.model import Storage
+from reconciler.values import exports_escape, fstab_escape
 
 
 def exports_block(storage: Storage, node: str) -> list[str] | None:
@@ -14,7 +15,7 @@ def exports_block(storage: Storage, node: str) -> list[str] | None:
             continue
         options = ",".join(export.options)
         clients = " ".join(f"{client}({options})" for client in export.clients)
-        lines.append(f"{export.path} {clients}")
+        lines.append(f"{exports_escape(export.path)} {clients}")
     return lines or None
 
 
@@ -25,5 +26,6 @@ def fstab_block(storage: Storage, node: str) -> list[str] | None:
         if node not in hostlist.expand_set(mount.nodes):
             continue
         options = ",".join(mount.options) or "defaults"
-        lines.append(f"{mount.source} {mount.mountpoint} {mount.type} {options} {mount.dump} {mount.passno}")
+        source, point = fstab_escape(mount.source), fstab_escape(mount.mountpoint)
+        lines.append(f"{source} {point} {mount.type} {options} {mount.dump} {mount.passno}")
     return lines or None

@@ -157,9 +157,10 @@ def test_slurm_conf_canonical_hostlists(example_copy: Path) -> None:
 
 
 def test_slurm_values_with_spaces_are_quoted() -> None:
-    """Values with blanks or `#` are quoted; booleans are YES/NO."""
+    """Values with blanks are quoted; `#` and `\\` are escaped (Slurm reads `"x#y"` as `"x`); booleans are YES/NO."""
     assert slurm_value("a b") == '"a b"'
-    assert slurm_value("x#y") == '"x#y"'
+    assert slurm_value("x#y") == "x\\#y"
+    assert slurm_value("a\\b c") == '"a\\\\b c"'
     assert slurm_value(True) == "YES"
     assert slurm_value(5) == "5"
 
