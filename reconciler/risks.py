@@ -22,11 +22,10 @@ class RiskWarning(ConfigError):
 
 def auth_type(state: DesiredState) -> tuple[str, KeyPath]:
     """slurm.conf's AuthType and the key path that sets it (the one place that reads it)."""
-    params = state.cluster.slurm_conf
-    for key, value in params.extra.items():
+    for key, value in state.cluster.slurm_conf.written().items():
         if key.lower() == "authtype":
-            return str(value), ("cluster", "slurm_conf", "extra", key)
-    return str(params.AuthType), ("cluster", "slurm_conf", "AuthType")
+            return str(value), ("cluster", "slurm_conf", key)
+    return "auth/munge", ("cluster", "slurm_conf")  # Slurm's default when the key is not set
 
 
 def _is_script(patch: Patch) -> bool:

@@ -98,3 +98,15 @@ def test_gpus_without_gres_types_is_an_error_not_a_silent_addition(tmp_path: Pat
         'nodes: [{name: ctl, roles: [controller]}, {name: "n[1-2]", roles: [compute]}]\n')
     with pytest.raises(DesiredStateError, match="GresTypes"):
         load_dir(tmp_path)
+
+
+def test_auth_none_is_a_risk_warning_at_its_key(state_dir: Path) -> None:
+    from reconciler.risks import risk_warnings
+
+    cluster = state_dir / "cluster.yaml"
+    text = cluster.read_text().replace("    AuthType: auth/munge\n", "    AuthType: auth/none\n")
+    cluster.write_text(text)
+    line = text.splitlines().index("    AuthType: auth/none") + 1
+    warnings = [str(w) for w in risk_warnings(load_dir(state_dir))]
+    assert any(w.startswith(f"cluster.yaml:{line}:5: cluster.slurm_conf.AuthType: ") and "auth/none" in w
+               for w in warnings), warnings
