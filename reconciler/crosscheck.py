@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from reconciler import hostlist
 from reconciler import params as slurm_params
+from reconciler import values as value_rules
 from reconciler.model import DesiredState, SlurmScalar
 
 Problem = tuple[tuple[str | int, ...], str]
@@ -122,6 +123,7 @@ def _param_problems(file: str, scope: str, family: str, values: dict[str, SlurmS
                     base: tuple[str | int, ...]) -> Iterator[Problem]:
     for key, value in values.items():
         try:
+            value_rules.slurm_value(value)  # rendered into the file: one value Slurm reads back as written
             param = slurm_params.resolve(file, key, family, scope)
             slurm_params.coerce(param, value)
         except ValueError as exc:

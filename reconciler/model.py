@@ -145,11 +145,6 @@ class ParamMap(BaseModel):
         values.check_slurm_mapping(value)
         return value
 
-    @model_validator(mode="after")
-    def _safe_values(self) -> ParamMap:
-        values.check_slurm_mapping(self.written())
-        return self
-
     def written(self) -> dict[str, SlurmScalar]:
         """The known parameters as written (original spelling), in the order written."""
         return dict(self.__pydantic_extra__ or {})

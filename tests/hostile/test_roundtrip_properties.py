@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+from reconciler import params as slurm_params
 from reconciler.loader import DesiredStateError, load_dir
 from reconciler.model import DesiredState
 from reconciler.render import render_file
@@ -35,7 +36,13 @@ KNOWN = {"clustername", "slurmctldhost", "nodename", "partitionname", "prolog", 
 SLURM_TEXT = st.text(st.sampled_from([chr(c) for c in range(32, 127) if chr(c) != '"'] + list("éüßλ中")),
                      min_size=1, max_size=20)
 WORD = st.text(st.sampled_from(list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789_.-/#\\")), min_size=1, max_size=12)
-KEY = st.from_regex(r"[A-Z][a-z]{2,8}[A-Z0-9][a-z0-9]{0,4}", fullmatch=True).filter(lambda k: k.lower() not in KNOWN)
+def _undocumented(key: str) -> bool:
+    """Not a key any Slurm release documents (those go directly under slurm_conf, not under extra)."""
+    scopes = (("slurm.conf", "global"), ("slurm.conf", "node"), ("slurm.conf", "partition"), ("cgroup.conf", "global"))
+    return key.lower() not in KNOWN and all(slurm_params.lookup(f, key, scope) is None for f, scope in scopes)
+
+
+KEY = st.from_regex(r"[A-Z][a-z]{2,8}[A-Z0-9][a-z0-9]{0,4}", fullmatch=True).filter(_undocumented)
 SCALAR = st.one_of(SLURM_TEXT, st.integers(-10**6, 10**9), st.booleans())
 PATH_PART = st.text(st.sampled_from(list("abcxyz019 #\\_-é")), min_size=1, max_size=8).filter(
     lambda p: p not in (".", ".."))
@@ -74,9 +81,10 @@ def _cgroup(value: Any) -> str:
 def base() -> dict[str, Any]:
     """A small valid desired state (as plain data) for the properties to fill in."""
     return {
-        "cluster": {"name": "prop", "slurm_version": "23.11", "controllers": ["ctl"], "slurm_conf": {"extra": {}},
+        "cluster": {"name": "prop", "slurm_version": "23.11", "controllers": ["ctl"],
+                    "slurm_conf": {"GresTypes": "gpu", "extra": {}},
                     "node_sets": [{"nodes": "gpu[01-02]", "CPUs": 8, "gpus": {"count": 2, "type": "h100"}}],
-                    "partitions": [{"name": "gpu", "nodes": "gpu[01-02]", "default": True}],
+                    "partitions": [{"name": "gpu", "nodes": "gpu[01-02]", "default": True, "State": "UP"}],
                     "gres": {"lines": [{"nodes": "gpu[01-02]", "name": "gpu", "type": "h100",
                                         "file": "/dev/nvidia[0-1]"}]},
                     "cgroup": {"ConstrainCores": True, "extra": {}}},
@@ -120,8 +128,7 @@ def test_valid_states_read_back_exactly(extra: dict[str, Any], features: list[st
     for key, value in extra.items():
         assert globals_[key] == _slurm(value)
     assert globals_["Prolog"] == prolog
-    expected_keys = set(state.cluster.slurm_conf.model_dump(exclude={"extra"}, exclude_none=True)) | set(extra) | {
-        "ClusterName", "SlurmctldHost", "Prolog", "GresTypes"}
+    expected_keys = set(state.cluster.slurm_conf.written()) | set(extra) | {"ClusterName", "SlurmctldHost", "Prolog"}
     assert set(globals_) == expected_keys  # no value added a key
     [node_line] = _one(lines, "NodeName")
     node = dict(node_line)
@@ -180,13 +187,14 @@ def _part_value(key: str) -> Reader:
 
 
 FIELDS: dict[str, tuple[Setter, Reader]] = {
-    "slurm_conf.extra value": (_set(("cluster", "slurm_conf", "extra", "JobCompLoc")), _global("JobCompLoc")),
+    "slurm_conf.JobCompLoc": (_set(("cluster", "slurm_conf", "JobCompLoc")), _global("JobCompLoc")),
+    "slurm_conf.extra value": (_set(("cluster", "slurm_conf", "extra", "SiteFooParam")), _global("SiteFooParam")),
     "slurm_conf.SlurmUser": (_set(("cluster", "slurm_conf", "SlurmUser")), _global("SlurmUser")),
     "prolog": (_set(("cluster", "prolog")), _global("Prolog")),
     "node_sets.params value": (_set(("cluster", "node_sets", 0, "params", "Arch")), _node_value("Arch")),
     "node_sets.Features[0]": (lambda d, v: d["cluster"]["node_sets"][0].update(Features=[v]), _node_value("Features")),
     "partitions.params value": (_set(("cluster", "partitions", 0, "params", "QOS")), _part_value("QOS")),
-    "cgroup.extra value": (_set(("cluster", "cgroup", "extra", "CgroupMountpoint")),
+    "cgroup.CgroupMountpoint": (_set(("cluster", "cgroup", "CgroupMountpoint")),
                            lambda s: dict(p[0] for p in slurm_lines(_render(s, "gpu01", "cgroup.conf"))).get(
                                "CgroupMountpoint")),
     "gres.lines.type": (_set(("cluster", "gres", "lines", 0, "type")),
