@@ -220,9 +220,9 @@ def partition_nodes(expr: str, nodesets: dict[str, list[str]], all_nodes: list[s
 def same_meaning(before: str, after: str) -> bool:
     """True when two slurm.conf texts (without Include lines) mean the same; False when either cannot be read."""
     try:
-        old, old_includes = parse_text(before)[0], parse_text(before)[2]
-        new, new_includes = parse_text(after)[0], parse_text(after)[2]
-    except (ConfSyntaxError, ValueError):
+        old, _, old_includes = parse_text(before)
+        new, _, new_includes = parse_text(after)
+    except ValueError:  # ConfSyntaxError, or a hostlist Slurm would refuse
         return False
     return not old_includes and not new_includes and meaning(old) == meaning(new)
 
@@ -231,7 +231,7 @@ def same_pairs(before: str, after: str) -> bool:
     """True when two gres.conf/cgroup.conf texts hold the same lines of pairs (order, case and comments aside)."""
     try:
         old, new = parse_text(before)[0], parse_text(after)[0]
-    except (ConfSyntaxError, ValueError):
+    except ValueError:  # ConfSyntaxError included
         return False
 
     def norm(lines: list[ConfLine]) -> list[tuple[tuple[str, str], ...]]:

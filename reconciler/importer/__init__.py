@@ -12,7 +12,7 @@ from reconciler import params as slurm_params
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
-from reconciler.slurmconf import ConfSyntaxError, parse_text, read_tree
+from reconciler.slurmconf import parse_text, read_tree
 
 __all__ = ["ImportProblem", "ImportResult", "import_files", "family_of"]
 
@@ -70,10 +70,7 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
         raise ImportProblem(source, 0, f"Slurm {family} is not one of the supported releases "
                                        f"({', '.join(slurm_params.families())})")
     config_dir = files.config_dir
-    try:
-        lines = read_tree(files.main("slurm.conf"), files.read)
-    except ConfSyntaxError as exc:
-        raise ImportProblem(exc.file, exc.line, str(exc).split(": ", 1)[-1]) from None
+    lines = read_tree(files.main("slurm.conf"), files.read)  # ConfSyntaxError names file and line
     converted = convert_slurm(lines, family)
     result.warnings += converted.warnings
     cluster = converted.cluster
@@ -84,10 +81,7 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
         text = files.read(path)
         if text is None:
             continue
-        try:
-            parsed = read_tree(path, files.read) if "include" in text.lower() else parse_text(text, path)[0]
-        except ConfSyntaxError as exc:
-            raise ImportProblem(exc.file, exc.line, str(exc).split(": ", 1)[-1]) from None
+        parsed = read_tree(path, files.read) if "include" in text.lower() else parse_text(text, path)[0]
         cluster[key] = convert(parsed, family, result.warnings)
     if family is None:
         result.warnings.append("the Slurm version is unknown: set cluster.slurm_version (or pass --slurm-version)")

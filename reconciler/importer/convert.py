@@ -16,15 +16,11 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from reconciler import hostlist
 from reconciler import params as slurm_params
-from reconciler.slurmconf import ConfLine, partition_nodes
+from reconciler.slurmconf import ConfLine, ConfSyntaxError, partition_nodes
 
 
-class ImportProblem(ValueError):
+class ImportProblem(ConfSyntaxError):
     """Something in the source files that the desired state cannot express; names file and line."""
-
-    def __init__(self, file: str, line: int, message: str) -> None:
-        self.file, self.line = file, line
-        super().__init__(f"{file}:{line}: {message}")
 
 
 @dataclass
@@ -71,18 +67,28 @@ class _Comments:
             target.yaml_add_eol_comment(line.trailing, key)
 
 
+def _resolved(file: str, key: str, scope: str, family: str | None, line: ConfLine) -> str:
+    """Slurm's spelling of a documented key; an ImportProblem when the cluster's release lacks it."""
+    try:
+        return slurm_params.resolve(file, key, family, scope).name
+    except ValueError as exc:
+        raise ImportProblem(line.file, line.line, str(exc)) from None
+
+
 def _known(file: str, key: str, scope: str, family: str | None, line: ConfLine,
            warnings: list[str]) -> str | None:
     """Slurm's spelling of a key, or None (with a warning) when no release documents it."""
-    param = slurm_params.lookup(file, key, scope)
-    if param is None:
+    if slurm_params.lookup(file, key, scope) is None:
         warnings.append(f"{line.file}:{line.line}: {key} is not a documented {file} parameter: kept under extra")
         return None
-    try:
-        slurm_params.resolve(file, key, family, scope)
-    except ValueError as exc:
-        raise ImportProblem(line.file, line.line, str(exc)) from None
-    return param.name
+    return _resolved(file, key, scope, family, line)
+
+
+def _line_param(file: str, key: str, scope: str, family: str | None, line: ConfLine, what: str) -> str:
+    """Slurm's spelling of a key of a NodeName/PartitionName/gres.conf line; an unknown one cannot be expressed."""
+    if slurm_params.lookup(file, key, scope) is None:
+        raise ImportProblem(line.file, line.line, f"unknown {what} parameter {key}")
+    return _resolved(file, key, scope, family, line)
 
 
 class _SlurmConf:
@@ -174,10 +180,7 @@ class _SlurmConf:
                 if gpu.group(1):
                     entry["gpus"]["type"] = gpu.group(1)
             else:
-                canonical = _known("slurm.conf", key, "node", self.family, line, self.warnings)
-                if canonical is None:
-                    raise ImportProblem(line.file, line.line, f"unknown NodeName parameter {key}")
-                rest[canonical] = scalar(value)
+                rest[_line_param("slurm.conf", key, "node", self.family, line, "NodeName")] = scalar(value)
         for name in names:
             self.node_features.setdefault(name, [])
         if rest:
@@ -219,10 +222,7 @@ class _SlurmConf:
             elif low == "state" and value.upper() in ("UP", "DOWN", "DRAIN", "INACTIVE"):
                 entry["State"] = value.upper()
             else:
-                canonical = _known("slurm.conf", key, "partition", self.family, line, self.warnings)
-                if canonical is None:
-                    raise ImportProblem(line.file, line.line, f"unknown PartitionName parameter {key}")
-                rest[canonical] = scalar(value)
+                rest[_line_param("slurm.conf", key, "partition", self.family, line, "PartitionName")] = scalar(value)
         if rest:
             entry["params"] = rest
         self.partitions.append(entry)
@@ -290,10 +290,7 @@ def convert_gres(lines: list[ConfLine], family: str | None, warnings: list[str])
             if low in GRES_TYPED:
                 entry[GRES_TYPED[low]] = scalar(value) if low == "count" else value
             else:
-                name = _known("gres.conf", key, "line", family, line, warnings)
-                if name is None:
-                    raise ImportProblem(line.file, line.line, f"unknown gres.conf parameter {key}")
-                rest[name] = scalar(value)
+                rest[_line_param("gres.conf", key, "line", family, line, "gres.conf")] = scalar(value)
         if "name" not in entry:
             raise ImportProblem(line.file, line.line, "a gres.conf line without Name= cannot be expressed")
         if rest:

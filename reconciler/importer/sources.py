@@ -107,7 +107,8 @@ class RemoteFiles:
     def _store(self, header: str, text: str) -> None:
         kind, _, path = header.partition(" ")
         if kind == "file":
-            self.files[path] = text[:-1] + "\n" if text.endswith("\n") else text + "\n" if text else ""
+            # `cat; echo` ends every file with a newline more: what is left lacks one only if the file did
+            self.files[path] = text if not text or text.endswith("\n") else text + "\n"
         elif kind == "version":
             self.slurm_version = parse_slurm_version(text)
         elif kind == "hostname" and text.strip():
