@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from bench.scale import write_state
-from drivers import all_drivers
+from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.report import render_text
 from reconciler.facts.models import JobFact

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, median
-from checks.nccl.models import NcclRow, NcclTest
-from checks.nccl.parser import parse_output, parse_text
-from checks.nccl.run import parse_batch
-from checks.nccl.verdict import Thresholds, evaluate, representative_busbw, row_busbw
+from reconciler.checks.nccl.models import NcclRow, NcclTest
+from reconciler.checks.nccl.parser import parse_output, parse_text
+from reconciler.checks.nccl.run import parse_batch
+from reconciler.checks.nccl.verdict import Thresholds, evaluate, representative_busbw, row_busbw
 from reconciler.model import NcclCheck
 
 FIXTURES = REPO / "tests" / "fixtures" / "nccl" / "device"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO
-from checks.nccl.run import batch_script, local_command, parse_batch
+from reconciler.checks.nccl.run import batch_script, local_command, parse_batch
 from reconciler.model import NcclCheck
 
 FIXTURES = REPO / "tests" / "fixtures" / "nccl" / "device"

@@ -29,8 +29,8 @@ from typing import Any
 
 from bench.common import median, python_env
 from bench.render_scale import write_desired_state
-from drivers import all_drivers
 from reconciler import hostlist
+from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.fold import fold_changes
 from reconciler.engine.plan import Plan
@@ -104,9 +104,15 @@ def drift(ctx: Context) -> set[tuple[str, str]]:
 def check(plan: Plan, expected: set[tuple[str, str]]) -> None:
     """The plan must show exactly the drift and a reconfigure for the edited slurm.conf."""
     found = {(c.node, c.resource) for c in plan.changing()}
-    if found != expected or not plan.slurm.reconfigure:
+    reconfigure = _reconfigures(plan)
+    if found != expected or not reconfigure:
         raise AssertionError(f"plan does not match the drift: missing {sorted(expected - found)[:5]}, "
-                             f"unexpected {sorted(found - expected)[:5]}, reconfigure={plan.slurm.reconfigure}")
+                             f"unexpected {sorted(found - expected)[:5]}, reconfigure={reconfigure}")
+
+
+def _reconfigures(plan: Plan) -> bool:
+    """The plan's only follow-up is `scontrol reconfigure` (no restart)."""
+    return [(f.kind, f.target) for f in plan.followups] == [("command", "scontrol reconfigure")]
 
 
 def _context(loaded: LoadedState, change: bool) -> tuple[Context, set[tuple[str, str]] | None]:
@@ -166,8 +172,7 @@ def measure(nodes: int, runs: int) -> dict[str, Any]:
         seconds, changed = _plan(ctx)
         changes.append(seconds)
         conf = file_path(ctx.state, "slurm.conf")
-        if {c.resource for c in changed.changing()} != {conf} or not changed.slurm.reconfigure \
-                or changed.slurm.restart_slurmd:
+        if {c.resource for c in changed.changing()} != {conf} or not _reconfigures(changed):
             raise AssertionError("a MaxTime change must update slurm.conf everywhere and only reconfigure")
         seconds, rendered = _fold(changed)
         folds.append(seconds)

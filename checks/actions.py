@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from checks.results import CheckKind, CheckResult
-from checks.slurm_view import SlurmView
-from drivers.node_state import REASON_PREFIX, drain_command, resume_command
 from reconciler.backend.base import Transport
+from reconciler.checks.results import CheckKind, CheckResult
+from reconciler.checks.slurm_view import SlurmView
+from reconciler.drivers.node_state import REASON_PREFIX, drain_command, resume_command
 from reconciler.inventory import NodeSpec
 
 REASON_MAX = 128  # Slurm keeps longer reasons, but sinfo -R and dashboards show the start only

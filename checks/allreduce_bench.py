@@ -6,11 +6,11 @@ It uses torch.distributed (NCCL on GPUs, gloo on CPUs) and prints the same lines
 Launch it with one process per GPU, either through torchrun (or srun with RANK/WORLD_SIZE/LOCAL_RANK,
 MASTER_ADDR and MASTER_PORT exported)::
 
-    torchrun --nproc-per-node 8 -m checks.allreduce_bench -b 8 -e 8G -f 2
+    torchrun --nproc-per-node 8 -m reconciler.checks.allreduce_bench -b 8 -e 8G -f 2
 
 or let it start one process per visible GPU itself (two gloo processes when there is no GPU)::
 
-    python -m checks.allreduce_bench -b 8 -e 8G -f 2 [-g NPROCS] [--device cpu]
+    python -m reconciler.checks.allreduce_bench -b 8 -e 8G -f 2 [-g NPROCS] [--device cpu]
 
 Bandwidths follow nccl-tests: algbw = bytes / time (GB/s, 1e9 bytes), busbw = algbw * 2 (n - 1) / n,
 and the average bus bandwidth is the mean of every row's out-of-place and in-place busbw.

@@ -36,10 +36,10 @@ def check(directory: str, name: str | None, nodes: str | None, state_db: Path | 
     Prints one line per check and node, then the drains and resumes. Exit 0 when every check passed
     (skipped nodes included), 2 when something failed or could not be checked, 1 on a usage error.
     """
-    from checks.runner import UnknownCheckError, check_run
     from reconciler import hostlist
     from reconciler.backend.ssh import SSHTransport
-    from reconciler.cli import load_or_exit
+    from reconciler.checks.runner import UnknownCheckError, check_run
+    from reconciler.cli_support import load_or_exit
 
     loaded = load_or_exit(directory)
     try:

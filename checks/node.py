@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from checks.results import CheckResult, utcnow
-from checks.sections import Section, script, split_sections
-from checks.slurm_view import SlurmView
 from reconciler import hostlist
 from reconciler.backend.base import CommandResult, Transport
+from reconciler.checks.results import CheckResult, utcnow
+from reconciler.checks.sections import Section, script, split_sections
+from reconciler.checks.slurm_view import SlurmView
 from reconciler.facts.models import MountFact, ServiceFact
 from reconciler.facts.parsers import parse_mountinfo
 from reconciler.inventory import NodeSpec, node_specs

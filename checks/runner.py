@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checks import store
-from checks.actions import Action, Key, Policy, apply_actions, owns, plan_actions
-from checks.nccl.run import (
+from reconciler.backend.base import Transport
+from reconciler.checks import store
+from reconciler.checks.actions import Action, Key, Policy, apply_actions, owns, plan_actions
+from reconciler.checks.nccl.run import (
     IMMEDIATE,
     KILL_AFTER,
     NcclPlan,
@@ -27,10 +28,9 @@ from checks.nccl.run import (
     run_local,
     run_waves,
 )
-from checks.node import run_node_checks, targets
-from checks.results import CheckResult
-from checks.slurm_view import SlurmView, fetch_view
-from reconciler.backend.base import Transport
+from reconciler.checks.node import run_node_checks, targets
+from reconciler.checks.results import CheckResult
+from reconciler.checks.slurm_view import SlurmView, fetch_view
 from reconciler.inventory import NodeSpec, node_specs
 from reconciler.loader import LoadedState
 from reconciler.model import DesiredState, NcclCheck, NodeCheck, parse_duration

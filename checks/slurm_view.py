@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks.sections import Section, script, split_sections
 from reconciler.backend.base import Transport
+from reconciler.checks.sections import Section, script, split_sections
 from reconciler.facts.models import JobFact, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
 from reconciler.inventory import NodeSpec

@@ -11,7 +11,7 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from checks.results import CheckResult
+from reconciler.checks.results import CheckResult
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS check_results (

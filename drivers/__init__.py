@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from drivers.base import Driver
-from drivers.enroot_images import EnrootImagesDriver
-from drivers.mounts import MountsDriver
-from drivers.nfs_exports import NfsExportsDriver
-from drivers.node_state import NodeStateDriver
-from drivers.patches import PatchesDriver
-from drivers.slurm_config import SlurmConfigDriver
+from reconciler.drivers.base import Driver
+from reconciler.drivers.enroot_images import EnrootImagesDriver
+from reconciler.drivers.mounts import MountsDriver
+from reconciler.drivers.nfs_exports import NfsExportsDriver
+from reconciler.drivers.node_state import NodeStateDriver
+from reconciler.drivers.patches import PatchesDriver
+from reconciler.drivers.slurm_config import SlurmConfigDriver
 
 
 def all_drivers() -> list[Driver]:

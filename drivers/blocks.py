@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drivers.base import unified_diff
+from reconciler.drivers.base import unified_diff
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Action, Change
 from reconciler.facts.models import FileFact

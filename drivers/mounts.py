@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from drivers.blocks import block_change
 from reconciler import hostlist
+from reconciler.drivers.blocks import block_change
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change

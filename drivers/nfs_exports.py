@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from drivers.blocks import block_change
+from reconciler.drivers.blocks import block_change
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shlex
 
 from reconciler.engine.context import Context
+from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
-from reconciler.engine.plan import Change
+from reconciler.engine.plan import Change, Plan
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND
@@ -26,6 +27,27 @@ def drain_command(node: str, reason: str) -> str:
 def resume_command(node: str) -> str:
     """scontrol command resuming a node."""
     return f"scontrol update nodename={shlex.quote(node)} state=resume"
+
+
+def drain_steps(controller: str, node: str) -> DrainSteps:
+    """How the engine drains a Slurm node around a rolling restart, and resumes it after (as data)."""
+    quoted = shlex.quote(node)
+    return DrainSteps(
+        run_on=controller,
+        jobs=f"squeue -h -w {quoted} -t RUNNING,COMPLETING,CONFIGURING -o %A",
+        drained=f"scontrol show node -o {quoted} | grep -Eq 'State=[^ ]*DRAIN'",
+        drain=drain_command(node, ROLLOUT_REASON),
+        resume=resume_command(node))
+
+
+def responding_command(node: str) -> str:
+    """Exits 0 once slurmctld sees the node's slurmd answer (not DOWN, NOT_RESPONDING, UNKNOWN, ...)."""
+    quoted = shlex.quote(node)
+    return (f"s=$(scontrol show node -o {quoted}) && printf '%s' \"$s\" | grep -q 'State=' && "
+            f"! printf '%s' \"$s\" | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|UNKNOWN|FUTURE|INVAL|[*])'")
+
+
+CONTROLLER_UP = "scontrol ping | grep -q 'is UP'"
 
 
 def ours(reason: str | None) -> bool:
@@ -49,6 +71,16 @@ class NodeStateDriver:
         if node == ctx.controller:
             req.commands["scontrol_nodes"] = SCONTROL_NODES_COMMAND
             req.commands["squeue"] = SQUEUE_COMMAND
+
+    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
+        """No steps of its own; says when Slurm's view of the nodes could not be read (an error, unless the
+        plan writes the first slurm.conf: then there is no Slurm to ask yet)."""
+        if ctx.facts.slurm_view_error and ctx.facts.slurm_nodes == {}:
+            message = f"Slurm's view unavailable ({ctx.facts.slurm_view_error.strip()}): node states not planned"
+            first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf")
+                               and c.action == "create" for c in plan.changes)
+            (plan.warnings if first_config else plan.errors).append(message)
+        return []
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """Node-state changes are planned once, on the controller, for every Slurm node."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from drivers.base import file_change, unified_diff
 from reconciler import hostlist
+from reconciler.drivers.base import file_change, unified_diff
 from reconciler.engine.context import Context
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change

@@ -8,25 +8,12 @@ import sys
 import click
 
 from reconciler import __version__
+from reconciler.cli_support import DEFAULT_DIR, load_or_exit
 from reconciler.hostlist import HostlistError, expand
-from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.render import MANAGED_FILES, managed_files_for, render_file
 from reconciler.render.files import UnknownNodeError
 from reconciler.schema import desired_state_json_schema
 from reconciler.source import describe_source
-
-DEFAULT_DIR = "desired-state"
-
-
-def load_or_exit(directory: str) -> LoadedState:
-    """Load a desired-state directory, or print every error and exit 1."""
-    try:
-        return load_dir(directory)
-    except DesiredStateError as exc:
-        for error in exc.errors:
-            click.echo(f"error: {error}", err=True)
-        click.echo(f"{len(exc.errors)} error(s) in {directory}; nothing was applied.", err=True)
-        sys.exit(1)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -188,7 +175,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
         outcome = run.apply(result, options, log=lambda line: click.echo(f"  {line}"))
     finally:
         run.close()
-    click.echo(f"\napplied {len(outcome.applied)} change(s); {len(outcome.slurm_steps)} Slurm step(s)")
+    click.echo(f"\napplied {len(outcome.applied)} change(s); {len(outcome.steps)} follow-up step(s)")
     for node, failures in sorted(outcome.failures.items()):
         for failure in failures:
             click.echo(f"FAILED {node}: {failure}", err=True)
@@ -210,18 +197,16 @@ def _register_daemon() -> None:
 _register_daemon()
 
 
-def _register_optional() -> None:
-    """Attach command groups that live in other packages."""
-    try:
-        from checks.cli import check
-        from checks.nccl.cli import nccl
-    except ImportError:
-        return
+def _register_checks() -> None:
+    """Attach the health-check command groups."""
+    from reconciler.checks.cli import check
+    from reconciler.checks.nccl.cli import nccl
+
     main.add_command(nccl)
     main.add_command(check)
 
 
-_register_optional()
+_register_checks()
 
 if __name__ == "__main__":
     main()

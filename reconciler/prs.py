@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import git
 
-from drivers import Driver, all_drivers
-from drivers.base import without_header
+from reconciler.drivers import Driver, all_drivers
+from reconciler.drivers.base import without_header
 from reconciler.engine.context import Context
 from reconciler.engine.fold import (
     SHORT_CAP,
@@ -37,7 +37,7 @@ from reconciler.engine.fold import (
 )
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
-from reconciler.engine.planner import make_plan, slurm_actions
+from reconciler.engine.planner import make_plan, plan_followups
 from reconciler.engine.report import MARKER, SYMBOLS
 from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Forge, ForgeError, PullRequest, redact
@@ -232,8 +232,8 @@ def plan_pull_request(loaded: LoadedState, facts: ClusterFacts, main_plan: Plan,
     """Plan LOADED against FACTS; flag as drift every change that main's plan has too."""
     ctx = Context(loaded=loaded, source=source, facts=facts)
     plan = make_plan(ctx, drivers)
-    if "slurm_config" in _mark_not_gathered(plan, facts):
-        plan.slurm = slurm_actions(ctx, plan)  # again: changes that rest on facts not gathered do not count
+    if _mark_not_gathered(plan, facts):
+        plan.followups = plan_followups(ctx, plan, drivers)  # again: changes resting on facts not gathered do not count
     drift_keys = {drift_key(c) for c in main_plan.changing()}
     for change in plan.changing():
         change.drift = drift_key(change) in drift_keys
@@ -391,10 +391,10 @@ def _summary(report: PrPlan, own: list[FoldedChange]) -> list[str]:
         lines += ["**Error**", ""] + [f"- {_esc(e)}" for e in report.errors] + [""]
     plan = report.plan
     if plan is not None:
-        consequences = plan.slurm.describe()
+        consequences = plan.consequences()
         if consequences:
-            lines += ["**Consequences** (when this commit is applied)", ""] + [f"- {c}" for c in consequences]
-            lines += [f"  - {_esc(r)}" for r in plan.slurm.folded_reasons()] + [""]
+            lines += ["**Consequences** (when this commit is applied)", ""] + [f"- {_esc(c)}" for c in consequences]
+            lines += [f"  - {_esc(r)}" for r in plan.consequence_reasons()] + [""]
         if plan.unreachable:
             lines += ["**Unreachable nodes**", ""] + [f"- `{n}`: {_esc(why)}"
                                                       for n, why in fold_reasons_by_node(plan.unreachable)] + [""]
@@ -414,7 +414,7 @@ def _summary(report: PrPlan, own: list[FoldedChange]) -> list[str]:
         nodes = sorted({c.node for c in report.drift})
         lines += [f"**Unmanaged drift on the cluster**: {len(report.drift)} change(s) on {len(nodes)} node(s) "
                   "differ from the main branch already (not from this PR; the next apply reverts them).", ""]
-        drift_consequences = report.main_plan.slurm.describe()
+        drift_consequences = report.main_plan.consequences()
         if drift_consequences:
             lines += [f"- main's plan alone {c}" for c in drift_consequences] + [""]
     return lines

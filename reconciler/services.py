@@ -28,13 +28,17 @@ _SUPERVISOR_RPC = (
 SUPERVISOR_STATUS = f"python3 -c {shlex.quote(_SUPERVISOR_RPC)} 2>/dev/null || supervisorctl status || true"
 
 
-def control_command(manager: ServiceManager, action: Literal["start", "restart"], service: str) -> str:
-    """The command that starts or restarts a service under this manager."""
+def control_command(manager: ServiceManager, action: Literal["start", "restart", "reload"], service: str) -> str:
+    """The command that starts, restarts or reloads a service under this manager.
+
+    supervisord has no reload: its programs get SIGHUP (what their own reload does, for sshd and munged
+    too); a custom manager without a reload command restarts.
+    """
     quoted = shlex.quote(service)
     if manager.type == "systemd":
         return f"systemctl {action} {quoted}"
     if manager.type == "supervisord":
-        return f"supervisorctl {action} {quoted}"
+        return f"supervisorctl signal HUP {quoted}" if action == "reload" else f"supervisorctl {action} {quoted}"
     template = manager.start if action == "start" else manager.restart
     assert template is not None
     return template.replace("{service}", quoted)

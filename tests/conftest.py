@@ -1,3 +1,3 @@
 """Root conftest: the testbed fixtures (tests/testbed_fixture.py) for every integration test."""
 
-pytest_plugins = ["tests.testbed_fixture"]
+pytest_plugins = ["tests.testbed_fixture", "tests.wheel_fixture"]

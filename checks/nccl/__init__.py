@@ -1,8 +1,8 @@
 """nccl-tests output: parser, verdict and the ``nccl`` command group (``checks.nccl.cli``)."""
 
-from checks.nccl.models import NcclDevice, NcclRow, NcclRun, NcclTest
-from checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
-from checks.nccl.verdict import RegressionPolicy, Thresholds, Verdict, check_regression, evaluate
+from reconciler.checks.nccl.models import NcclDevice, NcclRow, NcclRun, NcclTest
+from reconciler.checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
+from reconciler.checks.nccl.verdict import RegressionPolicy, Thresholds, Verdict, check_regression, evaluate
 
 __all__ = [
     "NcclDevice",

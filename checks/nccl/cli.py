@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from checks.nccl.models import NcclRow, NcclRun, NcclTest
-from checks.nccl.parser import parse_file
-from checks.nccl.verdict import format_size
+from reconciler.checks.nccl.models import NcclRow, NcclRun, NcclTest
+from reconciler.checks.nccl.parser import parse_file
+from reconciler.checks.nccl.verdict import format_size
 
 
 def row_summary(row: NcclRow) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.nccl.models import Layout, NcclDevice, NcclRow, NcclRun, NcclTest
+from reconciler.checks.nccl.models import Layout, NcclDevice, NcclRow, NcclRun, NcclTest
 
 MODERN_COLUMNS = [
     "size", "count", "type", "redop", "root",

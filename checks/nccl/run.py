@@ -23,14 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from checks.nccl.models import NcclTest
-from checks.nccl.parser import collective_from_binary, parse_output
-from checks.nccl.verdict import RegressionPolicy, Thresholds, evaluate, format_size, representative_busbw
-from checks.results import CheckResult, utcnow
-from checks.sections import section, split_sections
-from checks.slurm_view import SlurmView
 from reconciler import hostlist
 from reconciler.backend.base import Transport
+from reconciler.checks.nccl.models import NcclTest
+from reconciler.checks.nccl.parser import collective_from_binary, parse_output
+from reconciler.checks.nccl.verdict import RegressionPolicy, Thresholds, evaluate, format_size, representative_busbw
+from reconciler.checks.results import CheckResult, utcnow
+from reconciler.checks.sections import section, split_sections
+from reconciler.checks.slurm_view import SlurmView
 from reconciler.inventory import NodeSpec
 from reconciler.model import DesiredState, NcclCheck, parse_duration, parse_size
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from checks.nccl.models import NcclRow, NcclRun, NcclTest
+from reconciler.checks.nccl.models import NcclRow, NcclRun, NcclTest
 
 PlacementChoice = Literal["both", "oop", "ip"]
 FindingKind = Literal["error", "missing", "busbw", "avg_busbw", "wrong", "out_of_bounds", "regression"]

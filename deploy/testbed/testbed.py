@@ -556,6 +556,25 @@ def node_alive(layout: Layout, node: str) -> bool:
     return bool(pid) and environ_marker(pid) == layout.marker(node)  # type: ignore[arg-type]
 
 
+def node_dead(layout: Layout, node: str) -> bool:
+    """Whether a starting node's PID 1 has really gone: exited, a zombie, or another process's PID.
+
+    While PID 1 execs supervisord, /proc/PID/environ reads empty for a moment (the new memory map has no
+    environment yet), so a missing marker alone is not death; it must still be missing a moment later.
+    """
+    pid = layout.pids.get(node)
+    if not pid or not _alive(pid):
+        return True
+    for _ in range(20):
+        marker = environ_marker(pid)
+        if marker == layout.marker(node):
+            return False
+        if marker is not None and marker != "":
+            return True
+        time.sleep(0.05)
+    return not _alive(pid) or environ_marker(pid) != layout.marker(node)
+
+
 def environ_marker(pid: int) -> str | None:
     """The RECONCILER_TESTBED value in a process's environment, if any."""
     try:
@@ -616,7 +635,7 @@ def wait_ready(layout: Layout, timeout: float) -> None:
     while pending and time.monotonic() < deadline:
         pending = {n for n in pending if not node_ready(layout, n)}
         if pending:
-            dead = [n for n in pending if not node_alive(layout, n)]
+            dead = [n for n in pending if node_dead(layout, n)]
             if dead:
                 raise TestbedError(f"node(s) died while starting: {', '.join(dead)}; see "
                                    f"{layout.node_dir(dead[0]) / 'console.log'}")

@@ -143,7 +143,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
 
 def _failing_checks(store: Any) -> list[dict[str, Any]]:
     try:
-        from checks import store as check_store
+        from reconciler.checks import store as check_store
     except ImportError:
         return []
     out = []

@@ -19,7 +19,8 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import Store
 from reconciler.engine.apply import ApplyOptions, ApplyResult
-from reconciler.engine.plan import Change, Plan, SlurmActions
+from reconciler.engine.followups import FollowUp
+from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.facts.models import SlurmNodeFact
@@ -27,7 +28,7 @@ from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
 
-PENDING_SLURM = "pending_slurm"
+PENDING_FOLLOWUPS = "pending_followups"
 CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
 
 
@@ -102,9 +103,9 @@ class Reconciler:
         """Health checks of the last reconciled state whose interval or schedule has come."""
         if self.last_state is None or not (self.last_state.checks.node or self.last_state.checks.nccl):
             return []
-        from checks import store as check_store
-        from checks.results import utcnow
-        from checks.schedule import due_checks
+        from reconciler.checks import store as check_store
+        from reconciler.checks.results import utcnow
+        from reconciler.checks.schedule import due_checks
 
         last = check_store.last_started(self.store.conn)
         for name, when in self.check_attempts.items():  # a check that recorded nothing is not retried at once
@@ -249,8 +250,8 @@ class Reconciler:
             run.gather()
             self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
             plan = run.plan()
-            pending_steps = SlurmActions.model_validate(self.store.get(PENDING_SLURM) or {})
-            carry_over(run.ctx, plan, pending_steps)
+            pending = [FollowUp.model_validate(item) for item in self.store.get(PENDING_FOLLOWUPS) or []]
+            carry_over(run.ctx, plan, pending)
             is_drift = target.commit == self.state.applied
             for change in plan.changing():
                 change.drift = is_drift
@@ -270,7 +271,7 @@ class Reconciler:
                 outcome, error = self._apply_outcome(result, plan, error)
                 if outcome == "applied":
                     self._mark_applied(target)
-                    self.store.set(PENDING_SLURM, None)
+                    self.store.set(PENDING_FOLLOWUPS, None)
             self._after_outcome(outcome, target.commit)
             self.last_state = target.loaded.state
             applied_something = applied > 0 and outcome in ("applied", "partial")
@@ -320,7 +321,7 @@ class Reconciler:
         state = target.loaded.state
         if not (state.checks.node or state.checks.nccl) or self.stop.is_set():
             return
-        from checks.runner import run_checks
+        from reconciler.checks.runner import run_checks
 
         log.info("checks.start", reason=why, checks=names or "all")
         now = datetime.now(UTC)
@@ -351,7 +352,7 @@ class Reconciler:
 
     def _refresh_drained(self, run: Reconcile, state: DesiredState) -> None:
         """Checks may have drained or resumed nodes: ask the controller again (one command)."""
-        from checks.slurm_view import fetch_view
+        from reconciler.checks.slurm_view import fetch_view
 
         controller = node_specs(state).get(state.cluster.controllers[0])
         if controller is not None:
@@ -381,15 +382,15 @@ class Reconciler:
     def _checks_status(self) -> list[str]:
         """One line per failing health check, for PR comments."""
         try:
-            from checks import store as check_store
+            from reconciler.checks import store as check_store
         except ImportError:
             return []
         return [f"{r.check} on {r.node}: {r.message}" for r in check_store.latest(self.store.conn) if not r.ok]
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
-        if plan.slurm.any:
-            # Journal the Slurm steps first: a crash after the files are written must still restart the daemons.
-            self.store.set(PENDING_SLURM, plan.slurm.model_dump())
+        if plan.followups:
+            # Journal the follow-ups first: a crash after the files are written must still restart the daemons.
+            self.store.set(PENDING_FOLLOWUPS, [step.model_dump(mode="json") for step in plan.followups])
         options = ApplyOptions(max_unavailable=self.config.max_unavailable,
                                max_fail_percent=self.config.max_fail_percent,
                                drain_timeout=float(self.config.seconds("drain_timeout")),

@@ -81,7 +81,7 @@ class Snapshot:
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
     """Read a snapshot from the state database through a read-only connection."""
-    from checks import store as check_store
+    from reconciler.checks import store as check_store
 
     snap = Snapshot(generated=time.time(), mode=mode, source=source)
     if not db.exists():

@@ -105,7 +105,7 @@ def connect(path: Path) -> sqlite3.Connection:
     if "diff" not in {row[1] for row in conn.execute("PRAGMA table_info(current_drift)")}:
         conn.execute("ALTER TABLE current_drift ADD COLUMN diff TEXT")  # a database of an older daemon
     try:
-        from checks import store as check_store
+        from reconciler.checks import store as check_store
     except ImportError:  # the checks package is optional for the store
         pass
     else:

@@ -1,24 +1,20 @@
-"""Apply a plan in phases: exports, mounts, Slurm files and restarts, patches, images, node states."""
+"""Apply a plan in phases: each phase's changes, then the follow-up steps that phase's changes asked for."""
 
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from drivers.node_state import ROLLOUT_REASON, drain_command, resume_command
 from reconciler.backend.base import Transport
 from reconciler.engine.context import Context
+from reconciler.engine.followups import FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
-from reconciler.facts.parsers import SQUEUE_FORMAT, parse_scontrol_nodes, parse_squeue
 from reconciler.services import control_command
-
-SLURM_PHASE = 30
 
 Log = Callable[[str], None]
 
@@ -37,11 +33,11 @@ class ApplyOptions:
 
 @dataclass
 class ApplyResult:
-    """What happened: applied changes, failures per node, Slurm steps taken."""
+    """What happened: applied changes, failures per node, follow-up steps taken."""
 
     applied: list[Change] = field(default_factory=list)
     failures: dict[str, list[str]] = field(default_factory=dict)
-    slurm_steps: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
     stopped: str | None = None
 
     @property
@@ -62,15 +58,19 @@ class Applier:
         self.result = ApplyResult()
 
     def run(self, plan: Plan) -> ApplyResult:
-        """Apply every changing resource, phase by phase, then the Slurm actions after the config phase."""
-        phases = sorted({c.phase for c in plan.changing()} | ({SLURM_PHASE} if plan.slurm.any else set()))
+        """Apply every changing resource phase by phase; after each phase, the follow-ups it asked for."""
+        phases = sorted({c.phase for c in plan.changing()} | {f.phase for f in plan.followups})
         for phase in phases:
             if self.options.should_stop():
                 self.result.stopped = "stop requested"
                 break
             self._phase([c for c in plan.changing() if c.phase == phase])
-            if phase == SLURM_PHASE and plan.slurm.any:
-                self._slurm(plan)
+            for wave in waves(plan.followups, phase):
+                if self.result.stopped:
+                    break
+                self._wave(wave)
+            if self.result.stopped:
+                break
             if self._too_many_failures():
                 self.result.stopped = (f"stopped after phase {phase}: {len(self.result.failures)} node(s) failed "
                                        f"(max {self.options.max_fail_percent:.0f}%)")
@@ -130,78 +130,89 @@ class Applier:
             self.result.fail(node, f"{op.description or op.command}: {detail}")
         return result.ok
 
-    # ------------------------------------------------------------ slurm
+    # ------------------------------------------------------------ follow-ups
 
-    def _ctl(self, command: str) -> tuple[bool, str]:
-        result = self.transport.run(self.ctx.specs[self.ctx.controller], command)
+    def _run_on(self, host: str, command: str) -> tuple[bool, str]:
+        result = self.transport.run(self.ctx.specs[host], command)
         return result.ok, (result.stdout if result.ok else (result.error or result.stderr))
 
-    def _slurm(self, plan: Plan) -> None:
-        actions = plan.slurm
-        ctl_spec = self.ctx.specs[self.ctx.controller]
-        ctl_facts = self.ctx.facts.nodes.get(ctl_spec.name)
-        if actions.restart_slurmctld:
-            running = ctl_facts is not None and ctl_facts.services.get("slurmctld") is not None \
-                and ctl_facts.services["slurmctld"].running
-            cmd = control_command(ctl_spec.service_manager, "restart" if running else "start", "slurmctld")
-            self._step(ctl_spec.name, cmd, "restart slurmctld" if running else "start slurmctld")
-            self._wait(lambda: _ping_up(*self._ctl("scontrol ping")),
-                       self.options.responding_timeout)
-        elif actions.reconfigure:
-            self._step(ctl_spec.name, "scontrol reconfigure", "scontrol reconfigure")
-        nodes = [n for n in actions.restart_slurmd if n not in self.result.failures]
+    def _wave(self, wave: list[FollowUp]) -> None:
+        """One order's steps: plain ones in parallel, rolling ones a batch at a time."""
+        live = [f for f in wave if f.node not in self.result.failures and f.host not in self.result.failures]
+        plain = [f for f in live if not f.rolling]
+        if plain:
+            forks = max(1, min(len(plain), self.ctx.state.ssh.forks))
+            with ThreadPoolExecutor(max_workers=forks) as pool:
+                list(pool.map(self._followup, plain))
+        rolling = [f for f in live if f.rolling]
         batch = max(1, self.options.max_unavailable)
-        for start in range(0, len(nodes), batch):
+        for start in range(0, len(rolling), batch):
             if self.options.should_stop():
-                self.result.stopped = "stop requested during the slurmd rollout"
+                self.result.stopped = f"stop requested during the rolling {rolling[0].title()}"
                 return
-            group = nodes[start:start + batch]
+            group = rolling[start:start + batch]
             with ThreadPoolExecutor(max_workers=len(group)) as pool:
-                list(pool.map(lambda node: self._restart_slurmd(node, bool(actions.drain_first.get(node))), group))
+                list(pool.map(self._rolling, group))
 
-    def _step(self, host: str, command: str, label: str) -> bool:
-        ok = self._command(host, host, RunCommand(command=command, description=label))
+    def _action(self, step: FollowUp) -> tuple[str, str]:
+        """The command and its label: a restart of a service that does not run is a start."""
+        if step.kind == "command":
+            return step.target, step.label or step.target
+        kind = step.kind
+        facts = self.ctx.facts.nodes.get(step.node)
+        unit = facts.services.get(step.target) if facts else None
+        if kind == "restart" and unit is not None and not unit.running:
+            kind = "start"
+        manager = self.ctx.specs[step.node].service_manager
+        return control_command(manager, kind, step.target), f"{kind} {step.label or step.target}"
+
+    def _followup(self, step: FollowUp) -> bool:
+        """Run one step and wait until its service answers again."""
+        cmd, label = self._action(step)
+        if not self._step(step.host, step.node, cmd, label):
+            return False
+        if step.ready:
+            ready_on = step.ready_on or step.host
+            if not self._wait(lambda: self._run_on(ready_on, step.ready or "true")[0],
+                              self.options.responding_timeout):
+                self.result.fail(step.node, f"{label} on {step.node}: not ready after "
+                                            f"{self.options.responding_timeout:.0f}s")
+                return False
+        return True
+
+    def _rolling(self, step: FollowUp) -> None:
+        """Drain first when jobs run (unless someone drained the node already), wait them out, run the step,
+        resume what we drained."""
+        drain = step.drain
+        drained_by_us = False
+        if drain is not None:
+            def jobs() -> int:
+                ok, out = self._run_on(drain.run_on, drain.jobs)
+                return len([line for line in out.splitlines() if line.strip()]) if ok else 1
+
+            if jobs() or step.jobs:
+                if not self._run_on(drain.run_on, drain.drained)[0]:
+                    if not self._step(drain.run_on, step.node, drain.drain, f"drain {step.node}"):
+                        return
+                    drained_by_us = True
+                self.log(f"{step.node}: waiting for running jobs to finish before: {step.title()}")
+                if not self._wait(lambda: jobs() == 0, self.options.drain_timeout, stoppable=True):
+                    if self.options.should_stop():
+                        self.result.stopped = (f"stop requested while waiting for jobs on {step.node} "
+                                               "(node left drained)")
+                        return
+                    self.result.fail(step.node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
+                                                f"not done: {step.title()} (node left drained)")
+                    return
+        if self._followup(step) and drained_by_us and drain is not None:
+            self._step(drain.run_on, step.node, drain.resume, f"resume {step.node}")
+
+    def _step(self, host: str, node: str, command: str, label: str) -> bool:
+        ok = self._command(host, node, RunCommand(command=command, description=label))
         if ok:
-            self.result.slurm_steps.append(f"{host}: {label}")
+            self.result.steps.append(f"{host}: {label}")
             self.log(f"{host}: {label}")
         return ok
-
-    def _node_state(self, node: str) -> str:
-        ok, out = self._ctl(f"scontrol show node -o {shlex.quote(node)}")
-        fact = parse_scontrol_nodes(out).get(node) if ok else None
-        return fact.state if fact else "UNKNOWN"
-
-    def _job_count(self, node: str) -> int:
-        _, out = self._ctl(f"squeue -h -w {shlex.quote(node)} -t RUNNING,COMPLETING,CONFIGURING -o '{SQUEUE_FORMAT}'")
-        return len(parse_squeue(out))
-
-    def _restart_slurmd(self, node: str, has_jobs: bool) -> None:
-        spec = self.ctx.specs[node]
-        state, jobs = self._node_state(node), self._job_count(node)
-        drained_by_us = False
-        if jobs or has_jobs:
-            if "DRAIN" not in state:
-                if not self._step(self.ctx.controller, drain_command(node, ROLLOUT_REASON), f"drain {node}"):
-                    return
-                drained_by_us = True
-            self.log(f"{node}: waiting for running jobs to finish before restarting slurmd")
-            if not self._wait(lambda: self._job_count(node) == 0, self.options.drain_timeout, stoppable=True):
-                if self.options.should_stop():
-                    self.result.stopped = f"stop requested while waiting for jobs on {node} (node left drained)"
-                    return
-                self.result.fail(node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
-                                       "slurmd not restarted (node left drained)")
-                return
-        facts = self.ctx.facts.nodes.get(node)
-        running = bool(facts and facts.services.get("slurmd") and facts.services["slurmd"].running)
-        cmd = control_command(spec.service_manager, "restart" if running else "start", "slurmd")
-        if not self._step(node, cmd, "restart slurmd" if running else "start slurmd"):
-            return
-        if not self._wait(lambda: _responding(self._node_state(node)), self.options.responding_timeout):
-            self.result.fail(node, f"slurmd on {node} not responding to slurmctld after restart")
-            return
-        if drained_by_us:
-            self._step(self.ctx.controller, resume_command(node), f"resume {node}")
 
     def _wait(self, condition: Callable[[], bool], timeout: float, stoppable: bool = False) -> bool:
         deadline = time.monotonic() + timeout
@@ -212,15 +223,6 @@ class Applier:
                 return False
             time.sleep(self.options.poll_interval)
         return condition()
-
-
-def _ping_up(ok: bool, output: str) -> bool:
-    return ok and "UP" in output
-
-
-def _responding(state: str) -> bool:
-    flags = set(state.replace("*", "+NOT_RESPONDING").split("+"))
-    return not flags & {"NOT_RESPONDING", "DOWN", "UNKNOWN", "FUTURE", "INVAL"}
 
 
 def apply_plan(ctx: Context, plan: Plan, transport: Transport, options: ApplyOptions | None = None,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from drivers import Driver
 from reconciler.backend.base import CommandResult, Transport
+from reconciler.drivers import Driver
 from reconciler.engine.context import Context
 from reconciler.facts import parsers
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest

@@ -51,13 +51,13 @@ def _heading(nodeset: str, entries: list[FoldedChange]) -> str:
     return nodes_phrase(entries[0].nodes, SET_CAP, nodeset)
 
 
-def _slurm_text(plan: Plan) -> list[str]:
+def _followups_text(plan: Plan) -> list[str]:
     lines = []
-    consequences = plan.slurm.describe()
+    consequences = plan.consequences()
     if consequences:
-        lines.append("\nSlurm:")
+        lines.append("\nThen:")
         lines += [f"  - {text}" for text in consequences]
-        lines += [f"    ({reason})" for reason in plan.slurm.folded_reasons()]
+        lines += [f"    ({reason})" for reason in plan.consequence_reasons()]
     return lines
 
 
@@ -85,7 +85,7 @@ def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_n
         changing = [e for e in entries if e.action in CHANGING]
         if changing:
             lines.append(f"\nSummary: {summary_line(changing)}")
-    lines += _slurm_text(plan)
+    lines += _followups_text(plan)
     for warning in plan.warnings:
         lines.append(f"\nwarning: {warning}")
     for error in plan.errors if per_node else fold_mentions(plan.errors, {c.node for c in plan.changes}):
@@ -97,11 +97,12 @@ def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_n
 def render_json(plan: Plan, per_node: bool = False) -> str:
     """The plan as JSON: folded changes with their `nodes` list (PER_NODE: one entry per node and resource).
 
-    Either way a `summary` object holds the verdict, counts, the changing nodes and the Slurm consequences.
+    Either way a `summary` object holds the verdict, counts, the changing nodes and the follow-up steps
+    (`consequences`).
     """
     data = plan.model_dump(mode="json", exclude=None if per_node else {"changes"})
     summary: dict[str, object] = {"verdict": plan.verdict(), "counts": dict(plan.counts()),
-                                  "nodes_changing": plan.nodes_changing(), "slurm": plan.slurm.describe()}
+                                  "nodes_changing": plan.nodes_changing(), "consequences": plan.consequences()}
     if not per_node:
         entries = fold_changes(_shown(plan))
         data["changes"] = [e.to_json() for e in entries]
@@ -143,7 +144,7 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
     entries = None if per_node else fold_changes(c for c in plan.changes if c.changing)
     if entries:
         head += [f"Summary: {summary_line(entries)}", ""]
-    consequences = plan.slurm.describe()
+    consequences = plan.consequences()
     if consequences:
         head += ["**Consequences**", ""] + [f"- {c}" for c in consequences] + [""]
     if plan.unreachable:

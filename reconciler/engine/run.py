@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from drivers import Driver, all_drivers
 from reconciler import hostlist
 from reconciler.backend.base import Transport
 from reconciler.backend.ssh import SSHTransport
+from reconciler.drivers import Driver, all_drivers
 from reconciler.engine.apply import ApplyOptions, ApplyResult, Log, apply_plan
 from reconciler.engine.context import Context
 from reconciler.engine.gather import gather

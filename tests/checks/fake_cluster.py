@@ -12,9 +12,9 @@ import re
 import shlex
 from pathlib import Path
 
-from checks.slurm_view import VIEW_COMMAND
 from reconciler import hostlist
 from reconciler.backend.base import BaseTransport, CommandResult
+from reconciler.checks.slurm_view import VIEW_COMMAND
 from reconciler.inventory import NodeSpec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"

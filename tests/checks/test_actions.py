@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from checks.actions import REASON_MAX, Action, Policy, apply_actions, drain_reason, owns, plan_actions
-from checks.results import CheckResult
-from checks.slurm_view import parse_view
-from drivers.node_state import CHECK_PREFIXES
 from reconciler.backend.base import BaseTransport, CommandResult
+from reconciler.checks.actions import REASON_MAX, Action, Policy, apply_actions, drain_reason, owns, plan_actions
+from reconciler.checks.results import CheckResult
+from reconciler.checks.slurm_view import parse_view
+from reconciler.drivers.node_state import CHECK_PREFIXES
 from reconciler.inventory import NodeSpec
 from reconciler.model import ServiceManager
 

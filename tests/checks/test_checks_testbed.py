@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from checks import store
-from checks.runner import check_run
 from reconciler.backend.ssh import SSHTransport
+from reconciler.checks import store
+from reconciler.checks.runner import check_run
 from reconciler.loader import LoadedState, load_dir
 from tests.testbed_fixture import Testbed
 

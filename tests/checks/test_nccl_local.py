@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from checks import store
-from checks.nccl.run import LOCAL_BUSY, local_argv, local_command, run_local
-from checks.runner import check_run, policies_of
-from checks.slurm_view import SlurmView
 from reconciler.backend.base import BaseTransport, CommandResult
+from reconciler.checks import store
+from reconciler.checks.nccl.run import LOCAL_BUSY, local_argv, local_command, run_local
+from reconciler.checks.runner import check_run, policies_of
+from reconciler.checks.slurm_view import SlurmView
 from reconciler.inventory import NodeSpec, node_specs
 from reconciler.loader import LoadedState
 from reconciler.model import DesiredState, NcclCheck

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from checks.actions import owns
-from checks.nccl.run import (
+from reconciler.checks.actions import owns
+from reconciler.checks.nccl.run import (
     STEP_PRELUDE,
     Group,
     StepRun,
@@ -21,7 +21,7 @@ from checks.nccl.run import (
     reservation_create_command,
     reservation_delete_command,
 )
-from checks.slurm_view import parse_view
+from reconciler.checks.slurm_view import parse_view
 from reconciler.model import DesiredState, NcclCheck
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from checks.node import (
+from reconciler.checks.node import (
     Item,
     Probes,
     judge_gpus,
@@ -23,8 +23,8 @@ from checks.node import (
     node_result,
     probe_command,
 )
-from checks.sections import Section, split_sections
-from checks.slurm_view import SlurmView, parse_view
+from reconciler.checks.sections import Section, split_sections
+from reconciler.checks.slurm_view import SlurmView, parse_view
 from reconciler.model import GpuExpectation, NodeCheck, ServiceManager
 
 HERE = Path(__file__).parent / "probes"

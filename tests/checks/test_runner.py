@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from checks import store
-from checks.runner import UnknownCheckError, check_run, run_checks
+from reconciler.checks import store
+from reconciler.checks.runner import UnknownCheckError, check_run, run_checks
 from reconciler.loader import LoadedState
 from reconciler.model import DesiredState
 
@@ -178,7 +178,7 @@ def test_a_passing_node_check_hands_its_drain_to_a_failing_nccl_check(conn: sqli
 
 
 def test_an_interrupted_retest_restores_the_drain(monkeypatch: pytest.MonkeyPatch) -> None:
-    import checks.runner
+    import reconciler.checks.runner
 
     cluster = FakeCluster(["gpu01", "gpu02"])
     cluster.reason["gpu02"] = NCCL_REASON
@@ -187,7 +187,7 @@ def test_an_interrupted_retest_restores_the_drain(monkeypatch: pytest.MonkeyPatc
         assert cluster.reason == {}  # gpu02 was resumed inside the reservation for its retest
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checks.runner, "run_waves", broken)
+    monkeypatch.setattr(reconciler.checks.runner, "run_waves", broken)
     with pytest.raises(KeyboardInterrupt):
         run_checks(loaded("gpu[01-02]"), cluster)
     assert cluster.reason == {"gpu02": NCCL_REASON} and cluster.reservations == {}

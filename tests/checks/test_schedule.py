@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from checks.schedule import due_checks, is_due
+from reconciler.checks.schedule import due_checks, is_due
 from reconciler.model import DesiredState
 
 NOW = datetime(2026, 11, 21, 10, 30, tzinfo=UTC)

@@ -13,9 +13,9 @@ from types import ModuleType
 
 import pytest
 
-from checks.nccl.parser import parse_output
-from checks.nccl.run import thresholds_of
-from checks.nccl.verdict import evaluate
+from reconciler.checks.nccl.parser import parse_output
+from reconciler.checks.nccl.run import thresholds_of
+from reconciler.checks.nccl.verdict import evaluate
 from reconciler.model import NcclCheck
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checks import store
-from checks.results import CheckResult
+from reconciler.checks import store
+from reconciler.checks.results import CheckResult
 
 T0 = datetime(2026, 11, 21, 2, 0, tzinfo=UTC)
 

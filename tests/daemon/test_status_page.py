@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from checks import store as check_store
-from checks.results import CheckResult
+from reconciler.checks import store as check_store
+from reconciler.checks.results import CheckResult
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import DRAINED_KEY, BusbwPoint, Snapshot, busbw_svg, load_snapshot, render
 from reconciler.daemon.store import Store

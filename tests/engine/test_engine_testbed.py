@@ -60,7 +60,7 @@ def test_02_second_plan_is_clean_and_changes_nothing(bed: Bed) -> None:
     assert "no changes" in plan.stdout
     assert hashes(bed) == before
     data = json.loads(bed.cli("plan", str(bed.desired), "--format", "json").stdout)
-    assert data["summary"]["counts"].get("update", 0) == 0 and data["slurm"]["reconfigure"] is False
+    assert data["summary"]["counts"].get("update", 0) == 0 and data["followups"] == []
 
 
 def test_03_hand_edit_is_drift_on_that_node_only_and_healed(bed: Bed) -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from bench.scale import write_state
-from drivers import all_drivers
-from drivers.base import HEADER_MARK, unified_diff
 from reconciler import hostlist
+from reconciler.drivers import all_drivers
+from reconciler.drivers.base import HEADER_MARK, unified_diff
 from reconciler.engine import fold
 from reconciler.engine.context import Context
 from reconciler.engine.fold import cap_nodeset, fold_changes, fold_mentions, fold_reasons_by_node, node_key
+from reconciler.engine.followups import command, merge, service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_markdown, render_text
@@ -90,7 +91,7 @@ def test_json_has_folded_entries_with_nodes_and_the_per_node_form_behind_a_flag(
     assert entry["nodes"] == sorted(plan.nodes_changing(), key=node_key)
     assert entry["nodes"][:2] == ["gpu00001", "gpu00002"] and entry["nodes"][-1] == "login01"
     assert hostlist.expand_set(entry["nodeset"]) == set(entry["nodes"])
-    assert data["summary"]["verdict"] == plan.verdict() and "changes" in data and "slurm" in data
+    assert data["summary"]["verdict"] == plan.verdict() and "changes" in data and "followups" in data
     some = Plan(source=plan.source, changes=plan.changing()[:50])
     per_node = json.loads(render_json(some, per_node=True))
     assert [(c["node"], c["resource"]) for c in per_node["changes"]] == [(c.node, c.resource) for c in some.changes]
@@ -136,16 +137,16 @@ def test_pr_comment_folds_the_same_way(plan: Plan, edited: Plan) -> None:
 def test_slurm_consequences_fold_node_sets_and_cap_them() -> None:
     nodes = [f"dgx{i:04d}" for i in range(1, 1025)]
     drained = nodes[2::27]  # 38 scattered nodes with jobs
-    plan = Plan(source="s")
-    plan.slurm.restart_slurmd = nodes
-    plan.slurm.drain_first = {n: [str(100 + i)] for i, n in enumerate(drained)}
-    plan.slurm.reasons = [f"gres.conf changed on {n}: slurmd must restart" for n in nodes] + ["slurmctld is not running"]
-    [sentence] = plan.slurm.describe()
+    jobs = {n: [str(100 + i)] for i, n in enumerate(drained)}
+    plan = Plan(source="s", followups=merge([
+        service(n, "restart", "slurmd", 30, f"gres.conf changed on {n}: slurmd must restart", rolling=True,
+                jobs=jobs.get(n, [])) for n in nodes] + [command("ctl", "true", 30, "slurmctld is not running")]))
+    [_, sentence] = plan.consequences()
     assert sentence.startswith("restarts slurmd on dgx[0001-1024] (1,024 nodes); 38 have running jobs and will be "
                                "drained first: dgx[0003,0030,")
     assert ",...] (jobs 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, ...)" in sentence and len(sentence) < 300
-    assert plan.slurm.folded_reasons() == ["gres.conf changed on dgx[0001-1024] (1,024 nodes): slurmd must restart",
-                                           "slurmctld is not running"]
+    assert plan.consequence_reasons() == ["slurmctld is not running",
+                                          "gres.conf changed on dgx[0001-1024] (1,024 nodes): slurmd must restart"]
 
 
 def test_header_line_numbers_and_node_names_are_set_aside() -> None:

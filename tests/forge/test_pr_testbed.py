@@ -80,7 +80,7 @@ def test_pr_touching_slurm_conf_lists_the_restart_and_the_running_job(
         [comment] = fake.comments_on(1)
         body = comment["body"]
         assert "**Verdict: 3 change(s) on 3 node(s)**" in body
-        assert "restarts slurmctld on the controller" in body
+        assert "restarts slurmctld on ctl" in body
         assert (f"restarts slurmd on gpu[01-02] (2 nodes); 1 has running jobs and will be drained first: gpu01 "
                 f"(jobs {job})" in body), body
         assert "+MessageTimeout=20" in body and sha in body

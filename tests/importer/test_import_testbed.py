@@ -69,5 +69,4 @@ def test_one_changed_parameter_is_one_line_and_its_consequence(imported: tuple[T
     assert change["resource"] == "/etc/slurm/slurm.conf" and change["nodes"] == ["ctl", "gpu01", "gpu02"]
     edits = [line for line in change["diff"].splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert edits == ["-ReturnToService=2", "+ReturnToService=1"], change["diff"]
-    assert plan["slurm"]["reconfigure"] is True
-    assert plan["slurm"]["restart_slurmd"] == [] and plan["slurm"]["restart_slurmctld"] is False
+    assert [(f["kind"], f["target"]) for f in plan["followups"]] == [("command", "scontrol reconfigure")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.nccl.verdict import Thresholds
+from reconciler.checks.nccl.verdict import Thresholds
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nccl"
 GIB = 1 << 30

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from checks import allreduce_bench as bench
-from checks.nccl.parser import MODERN_COLUMNS, _columns_from, parse_file, parse_row, parse_text
-from checks.nccl.verdict import Thresholds, evaluate
+from reconciler.checks import allreduce_bench as bench
+from reconciler.checks.nccl.parser import MODERN_COLUMNS, _columns_from, parse_file, parse_row, parse_text
+from reconciler.checks.nccl.verdict import Thresholds, evaluate
 
 from .cases import FIXTURES, GIB
 
@@ -145,7 +145,7 @@ def test_wrong_elements_are_counted(in_place: bool) -> None:
 
 @needs_torch
 def test_gloo_two_processes_parsed(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "checks.allreduce_bench", "--device", "cpu", "-g", "2"]
+    command = [sys.executable, "-m", "reconciler.checks.allreduce_bench", "--device", "cpu", "-g", "2"]
     command += ["-b", "1K", "-e", "64K", "-f", "4", "-n", "3", "-w", "1", "--timeout", "120"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)

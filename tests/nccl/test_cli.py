@@ -7,7 +7,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from checks.nccl.cli import nccl
+from reconciler.checks.nccl.cli import nccl
 
 from .cases import FIXTURES, GIB
 

@@ -13,9 +13,9 @@ import pytest
 from bench.nccl import FIXTURES, FULL, check_default_args, recorded
 from bench.nccl import run as nccl_section
 from bench.report import nccl_table
-from checks.nccl.parser import parse_output
-from checks.nccl.run import RANK0, parse_batch
-from checks.nccl.verdict import representative_busbw
+from reconciler.checks.nccl.parser import parse_output
+from reconciler.checks.nccl.run import RANK0, parse_batch
+from reconciler.checks.nccl.verdict import representative_busbw
 
 REPO = Path(__file__).resolve().parents[2]
 METAS = sorted(FIXTURES.glob("*_runs.json"))

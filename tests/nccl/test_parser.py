@@ -6,9 +6,9 @@ import statistics
 
 import pytest
 
-from checks.nccl.models import NcclRun, NcclTest
-from checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
-from checks.nccl.verdict import evaluate
+from reconciler.checks.nccl.models import NcclRun, NcclTest
+from reconciler.checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
+from reconciler.checks.nccl.verdict import evaluate
 
 from .cases import CASES, FIXTURES, GIB, Case, TestExpect
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks.nccl.parser import parse_file
-from checks.nccl.verdict import (
+from reconciler.checks.nccl.parser import parse_file
+from reconciler.checks.nccl.verdict import (
     RegressionPolicy,
     Thresholds,
     check_regression,

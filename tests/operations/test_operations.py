@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from drivers import all_drivers
-from drivers.patches import PatchError, apply_edit
-from drivers.slurm_consequences import slurm_conf_consequence
+from reconciler.drivers import all_drivers
+from reconciler.drivers.patches import PatchError, apply_edit
+from reconciler.drivers.slurm_consequences import slurm_conf_consequence
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
@@ -92,18 +92,21 @@ def test_hand_edit_on_one_node_is_drift_on_that_node_only(ctx: Context) -> None:
     changing = plan.changing()
     assert [(c.node, c.resource, c.action) for c in changing] == [("dgx03", path, "update")]
     assert "-PartitionName=debug Nodes=dgx[01-02] MaxTime=09:00:00" in changing[0].diff
-    assert plan.slurm.reconfigure and not plan.slurm.restart_slurmd
+    assert [(f.node, f.kind, f.target) for f in plan.followups] == [("login01", "command", "scontrol reconfigure")]
 
 
 def test_port_change_restarts_and_drains_nodes_with_jobs(ctx: Context) -> None:
     ctx.state.cluster.slurm_conf.SlurmdPort = 6999
     ctx.facts.jobs = [JobFact(job_id="1234", state="RUNNING", nodes=["dgx02", "dgx03"])]
     plan = make_plan(ctx, all_drivers())
-    assert plan.slurm.restart_slurmctld
-    assert plan.slurm.restart_slurmd == ["dgx01", "dgx02", "dgx03", "dgx04"]
-    assert plan.slurm.drain_first == {"dgx02": ["1234"], "dgx03": ["1234"]}
+    steps = {(f.node, f.kind, f.target): f for f in plan.followups}
+    assert list(steps) == [("login01", "restart", "slurmctld"), *[(n, "restart", "slurmd") for n in
+                                                                   ("dgx01", "dgx02", "dgx03", "dgx04")]]
+    assert {n for (n, _, t), f in steps.items() if t == "slurmd" and f.rolling and f.drain} == {
+        "dgx01", "dgx02", "dgx03", "dgx04"}
+    assert {n: f.jobs for (n, _, _), f in steps.items() if f.jobs} == {"dgx02": ["1234"], "dgx03": ["1234"]}
     assert ("restarts slurmd on dgx[01-04] (4 nodes); 2 have running jobs and will be drained first: dgx[02-03] "
-            "(jobs 1234)") in plan.slurm.describe()
+            "(jobs 1234)") in plan.consequences()
 
 
 @pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.02", True), ("23.11", False), ("24.11", False)])
