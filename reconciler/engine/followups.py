@@ -109,10 +109,15 @@ def merge(followups: Iterable[FollowUp]) -> list[FollowUp]:
         have.reasons += [r for r in item.reasons if r not in have.reasons]
         have.jobs += [j for j in item.jobs if j not in have.jobs]
         have.supersedes += [s for s in item.supersedes if s not in have.supersedes]
-    restarted = {(f.node, f.target) for f in merged.values() if f.kind in ("restart", "start")}
+    restarted = {(f.node, f.target): f for f in merged.values() if f.kind in ("restart", "start")}
     gone = {s for f in merged.values() for s in f.supersedes}
-    kept = [f for key, f in merged.items()
-            if key not in gone and not (f.kind == "reload" and (f.node, f.target) in restarted)]
+    kept = []
+    for key, item in merged.items():
+        heir = restarted.get((item.node, item.target)) if item.kind == "reload" else None
+        if heir is not None:  # the restart does what the reload would have: it inherits the reasons
+            heir.reasons += [r for r in item.reasons if r not in heir.reasons]
+        elif key not in gone:
+            kept.append(item)
     return sorted(kept, key=lambda f: (f.phase, f.order, f.kind, f.target, node_key(f.node)))
 
 
