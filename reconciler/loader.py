@@ -156,9 +156,18 @@ def _to_plain(node: Any) -> Any:
 
 
 def yaml_files(root: Path) -> list[Path]:
-    """List the YAML files of a desired-state directory, in a stable order."""
-    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    """List the YAML files of a desired-state directory, in a stable order.
+
+    Hidden paths are skipped, and so are nested desired states: when the root has its own `cluster.yaml`,
+    a subdirectory with another `cluster.yaml` (e.g. `desired-state/examples/deepops-perf/`) is a separate
+    cluster, validated on its own, not part of this one.
+    """
+    found = [p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+             and not any(part.startswith(".") for part in p.relative_to(root).parts)]
+    if (root / "cluster.yaml").is_file():
+        nested = {p.parent for p in found if p.name == "cluster.yaml" and p.parent != root}
+        found = [p for p in found if not any(d == p.parent or d in p.parents for d in nested)]
+    return sorted(found)
 
 
 def _mapping_path(node: Any, line: int, column: int, base: KeyPath) -> KeyPath | None:
