@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,8 +41,7 @@ class GitRemote:
         bare, work = root / "remote.git", root / "work"
         git(root, "init", "-q", "--bare", "-b", "main", str(bare))
         git(root, "clone", "-q", str(bare), str(work))
-        for path in files.iterdir():
-            (work / path.name).write_bytes(path.read_bytes())
+        shutil.copytree(files, work, dirs_exist_ok=True)
         git(work, "checkout", "-q", "-b", "main")
         git(work, "add", "-A")
         git(work, "commit", "-qm", "initial desired state")
