@@ -53,6 +53,9 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
 PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD = 22, 6817, 6818
+# Lustre file systems "served" by ctl (the MGS) for the mount.lustre stand-in: NAME -> tmpfs size.
+LUSTRE_FILESYSTEMS = {"lustrefs": "256m"}
+LUSTRE_MGS = "ctl"
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 SUBNET_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 
@@ -384,8 +387,9 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
 
 
 def install_standins(upper: Path) -> None:
-    """Put the testbed-only mount.nfs, enroot and all_reduce_perf stand-ins into a node (never on the host)."""
+    """Put the testbed-only mount.nfs, mount.lustre, enroot and all_reduce_perf stand-ins into a node."""
     put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
+    put(upper, "usr/sbin/mount.lustre", (HERE / "standins" / "mount.lustre").read_bytes(), 0o755)
     put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
     put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
@@ -524,6 +528,23 @@ def mount_roots(layout: Layout) -> None:
             continue
         opts = f"lowerdir=/,upperdir={d / 'upper'},workdir={d / 'work'}"
         node_init.mount(f"{node}:/", str(d / "root"), "overlay", 0, opts)
+
+
+def mount_lustre(layout: Layout) -> None:
+    """Mount the stand-in Lustre file systems: one tmpfs per fs name, named `<ctl IP>@tcp:/<fsname>`.
+
+    Mounted in the host namespace before any node starts; every node gets them (recursive bind) under
+    /run/reconciler-testbed/lustre/<MGS node>/<fsname>, where the mount.lustre stand-in binds them from.
+    A bind keeps its file system's name, so /proc/self/mountinfo shows the Lustre source, as with Lustre.
+    """
+    current = set(mountpoints())
+    for fsname, size in LUSTRE_FILESYSTEMS.items():
+        target = layout.state / "lustre" / LUSTRE_MGS / fsname
+        if str(target) in current:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        node_init.mount(f"{layout.ip(LUSTRE_MGS)}@tcp:/{fsname}", str(target), "tmpfs",
+                        node_init.MS_NOSUID | node_init.MS_NODEV, f"size={size},mode=0755")
 
 
 def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
@@ -807,6 +828,7 @@ def bring_up(layout: Layout) -> None:
     network_up(layout)
     trace("network up")
     mount_roots(layout)
+    mount_lustre(layout)
     start_nodes(layout, layout.nodes)
     trace("nodes started")
     wait_ready(layout, timeout=60 + layout.computes)
