@@ -306,6 +306,11 @@ class Cluster(Strict):
     _slurm_paths = field_validator("prolog", "epilog")(lambda cls, v: values.slurm_value(v))
     health_check: HealthCheck | None = None
     config_dir: AbsPath = Field(default="/etc/slurm", description="Where slurm.conf lives on every node")
+    mode: Literal["files", "configless"] = Field(
+        default="files", description="files: slurm.conf, gres.conf and cgroup.conf on every Slurm node; "
+        "configless: only on the controllers and nodes outside the node sets (SlurmctldParameters gets "
+        "enable_configless), slurmd on the node sets' nodes is started with --conf-server (a systemd "
+        "drop-in or a supervisord program) and any local slurm.conf there is removed")
 
     _abs = field_validator("prolog", "epilog", "config_dir")(lambda cls, v: v if v is None else _absolute(v))
 

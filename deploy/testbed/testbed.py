@@ -90,6 +90,7 @@ class Layout:
     computes: int = 4
     subnet: str = DEFAULT_SUBNET
     bare: bool = False
+    configless: bool = False
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -303,15 +304,34 @@ def _program(name: str, command: str, *, autostart: bool = True, user: str = "",
 
 
 def supervisor_conf(layout: Layout, node: str) -> str:
-    """supervisord programs of a node; Slurm daemons are defined but not started with --bare."""
+    """supervisord programs of a node; Slurm daemons are defined but not started with --bare.
+
+    With --configless a compute node's slurmd is not here but in CONFIGLESS_PROGRAM_PATH (see
+    configless_program); with --bare --configless it is nowhere: the reconciler's apply writes that file.
+    """
     wait_munge = "until [ -S /run/munge/munge.socket.2 ]; do sleep 0.1; done"
     daemon = "slurmctld" if node == "ctl" else "slurmd"
     parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
              _program("munge", "/usr/sbin/munged -F", user="munge", priority=10, startsecs=0),
-             _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0),
-             _program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
-                      autostart=not layout.bare, priority=30)]
+             _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0)]
+    if node == "ctl" or not layout.configless:
+        parts.append(_program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
+                              autostart=not layout.bare, priority=30))
     return "\n".join(parts)
+
+
+CONFIGLESS_PROGRAM_PATH = "etc/supervisor/conf.d/slurmd.conf"
+
+
+def configless_program(layout: Layout) -> str:
+    """A configless compute node's slurmd program: byte for byte the body of what reconciler renders for
+    `cluster.mode: configless` on a supervisord node (reconciler/render/configless.py), so adopting it is a
+    no-op."""
+    return ("[program:slurmd]\n"
+            f"command=/usr/sbin/slurmd -D --conf-server ctl:{desired_state.SLURM_CONF['SlurmctldPort']}\n"
+            "autostart=true\nautorestart=true\npriority=30\nstartsecs=1\nstartretries=10\nstopwaitsecs=10\n"
+            "redirect_stderr=true\nstdout_logfile=/var/log/supervisor/slurmd.log\n"
+            "stdout_logfile_maxbytes=1MB\nstdout_logfile_backups=1\n")
 
 
 def slurm_conf(layout: Layout) -> str:
@@ -322,6 +342,8 @@ def slurm_conf(layout: Layout) -> str:
     """
     nodes = hostlist(layout.compute_nodes)
     params = "".join(f"{k}={v}\n" for k, v in desired_state.SLURM_CONF.items())
+    if layout.configless:
+        params += "SlurmctldParameters=enable_configless\n"
     return (f"# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)\n"
             f"ClusterName={layout.name}\nSlurmctldHost=ctl\n{params}\n# Nodes\n"
             f"NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} "
@@ -371,11 +393,13 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
     put(upper, "etc/supervisor/conf.d/testbed.conf", supervisor_conf(layout, node))
+    if layout.configless and not layout.bare and node != "ctl":
+        put(upper, CONFIGLESS_PROGRAM_PATH, configless_program(layout))
     slurm = _ids("slurm")
     for rel in ("var/lib/slurm/slurmctld", "var/lib/slurm/slurmd", "var/log/slurm"):
         path = _mirror_mkdir(upper, rel)
         os.chown(path, *slurm)
-    if not layout.bare:
+    if not layout.bare and (node == "ctl" or not layout.configless):
         put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
         put(upper, "etc/slurm/gres.conf", gres_conf(layout))
     install_standins(upper)
@@ -782,14 +806,17 @@ def running(layout: Layout) -> bool:
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
     require_root_and_deps()
-    want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare)
+    want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
+                  configless=args.configless)
     validate_layout(want)
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare) != (want.computes, want.subnet, want.bare):
+            if (old.computes, old.subnet, old.bare, old.configless) != (
+                    want.computes, want.subnet, want.bare, want.configless):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
-                                   f"subnet {old.subnet}, bare={old.bare}; run down first to change it")
+                                   f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}; "
+                                   "run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -871,7 +898,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not layout:
         print(f"testbed {args.name}: not up")
         return 1
-    mode = "bare" if layout.bare else "slurm"
+    mode = ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else "")
     print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.subnet}.0/24, {mode}, "
           f"state {layout.state}")
     names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd"}
@@ -937,6 +964,8 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a testbed up; prints its desired-state directory last")
     up.add_argument("--nodes", type=int, default=4, help="number of compute nodes gpu01..gpuNN (default 4)")
     up.add_argument("--bare", action="store_true", help="no slurm.conf, Slurm daemons not started")
+    up.add_argument("--configless", action="store_true",
+                    help="configless Slurm: slurm.conf on ctl only, slurmd started with --conf-server ctl")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets (default 10.250.0)")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
