@@ -114,6 +114,7 @@ def write_desired_state(root: Path, nodes: int) -> None:
                         "source": "10.1.0.1@tcp:/lfs",
                         "mountpoint": "/lustre",
                         "type": "lustre",
+                        "options": ["defaults", "_netdev", "flock"],
                         "nodes": gpu_range(1, nodes // 2, width),
                     },
                 ],

@@ -14,15 +14,20 @@ from reconciler.facts.models import MountFact, NodeFacts
 from reconciler.model import Mount
 from reconciler.render.blocks import BlockError, block_body
 from reconciler.render.storage import fstab_block
-from reconciler.values import fstab_unescape
+from reconciler.values import fstab_unescape, lustre_source_key
 
 FSTAB = "/etc/fstab"
 
 
+def _source_key(source: str, fstype: str) -> str:
+    """A source as the kernel reports it (Lustre: `@tcp0` reads back as `@tcp`)."""
+    return lustre_source_key(source) if fstype == "lustre" else source.rstrip("/")
+
+
 def mounted(mounts: list[MountFact], mount: Mount) -> bool:
     """True when /proc/mounts shows the mountpoint with the wanted source (fstype is not trusted)."""
-    return any(m.mountpoint == mount.mountpoint and m.source.rstrip("/") == mount.source.rstrip("/")
-               for m in mounts)
+    want = _source_key(mount.source, mount.type)
+    return any(m.mountpoint == mount.mountpoint and _source_key(m.source, mount.type) == want for m in mounts)
 
 
 def _old_mountpoints(content: str | None) -> list[tuple[str, str]]:

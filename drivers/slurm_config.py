@@ -1,21 +1,36 @@
-"""Driver for slurm.conf, gres.conf and cgroup.conf: the same files on every Slurm node."""
+"""Driver for slurm.conf, gres.conf and cgroup.conf: the same files on every Slurm node (configless: on the
+controllers, and slurmd elsewhere started with --conf-server)."""
 
 from __future__ import annotations
+
+import shlex
 
 from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import CONTROLLER_UP, drain_steps, responding_command
 from reconciler.drivers.slurm_consequences import Consequence, node_definition_changed, slurm_conf_consequence
 from reconciler.engine.context import Context, shared_render
-from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, FollowUp, command, followup_key, service
+from reconciler.engine.followups import (
+    ORDER_COMMAND,
+    ORDER_COMPUTE,
+    ORDER_CONTROLLER,
+    FollowUp,
+    command,
+    followup_key,
+    service,
+)
+from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.remote_write import BACKUP_SUFFIX
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.inventory import slurm_nodes
-from reconciler.render import managed_files_for
+from reconciler.render import configless, managed_files_for
 from reconciler.render.files import file_path
 from reconciler.slurmconf import same_meaning, same_pairs
 
 RECONFIGURE = "scontrol reconfigure"
+# supervisord: read the changed program files, then (re)start slurmd with its new command line.
+SUPERVISOR_UPDATE = "supervisorctl reread && supervisorctl update slurmd"
 
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
 
@@ -31,13 +46,22 @@ class SlurmConfigDriver:
         return [f for f in managed_files_for(ctx.state, node) if f in SLURM_FILES]
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
-        """Ask for the content of the node's Slurm files and its Slurm version."""
+        """Ask for the content of the node's Slurm files and its Slurm version; on a configless node, for the
+        Slurm files it must not hold and the file that starts its slurmd with --conf-server."""
         req.files += [file_path(ctx.state, f) for f in self.files_for(ctx, node)]
-        if self.files_for(ctx, node):
+        if configless.is_client(ctx.state, node):
+            req.files += [file_path(ctx.state, f) for f in SLURM_FILES]
+            path = _slurmd_start_file(ctx, node)
+            if path:
+                req.files.append(path)
+        if self.files_for(ctx, node) or configless.is_client(ctx.state, node):
             req.commands["slurm_version"] = "slurmd -V 2>/dev/null || slurmctld -V 2>/dev/null || sinfo -V"
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
-        """A change per Slurm file whose content (header aside) or mode differs."""
+        """A change per Slurm file whose content (header aside) or mode differs; configless nodes: removal of
+        Slurm files left from files mode and the slurmd start file (--conf-server)."""
+        if configless.is_client(ctx.state, node):
+            return self._plan_configless(ctx, node, facts)
         changes = []
         for name in self.files_for(ctx, node):
             path = file_path(ctx.state, name)
@@ -45,6 +69,32 @@ class SlurmConfigDriver:
             changes.append(file_change(self.name, node, path, facts.files.get(path), desired,
                                        phase=self.phase, ignore_header=True,
                                        equivalent=same_meaning if name == "slurm.conf" else same_pairs))
+        return changes
+
+    def _plan_configless(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        changes = []
+        for name in SLURM_FILES:
+            path = file_path(ctx.state, name)
+            fact = facts.files.get(path)
+            if fact is None or not fact.exists:
+                continue
+            why = ("slurmd uses a local slurm.conf when one exists, instead of the controller's"
+                   if name == "slurm.conf" else "configless slurmd gets it from the controller")
+            backup = path + BACKUP_SUFFIX
+            changes.append(Change(
+                node=node, driver=self.name, resource=path, action="delete", phase=self.phase,
+                summary=f"remove {path} (cluster.mode is configless: {why}; kept as {backup})",
+                ops=[RunCommand(command=f"mv -f {shlex.quote(path)} {shlex.quote(backup)}",
+                                description=f"remove {path} (configless)")]))
+        start_file = _slurmd_start_file(ctx, node)
+        if start_file is None:
+            changes.append(Change(
+                node=node, driver=self.name, resource="slurmd --conf-server", action="error", phase=self.phase,
+                summary="configless Slurm needs slurmd started with --conf-server: done for systemd and "
+                        "supervisord nodes only, this node's service manager is custom"))
+            return changes
+        changes.append(file_change(self.name, node, start_file, facts.files.get(start_file),
+                                   _slurmd_start_content(ctx, node), phase=self.phase, ignore_header=True))
         return changes
 
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
@@ -61,8 +111,13 @@ class SlurmConfigDriver:
         reconfigure: list[str] = []
         desired = None
         classified: dict[str | None, Consequence] = {}  # most nodes hold the same old file: classify it once
+        configless_steps: list[FollowUp] = []
         for node, path in sorted({(c.node, c.resource) for c in plan.changing() if c.driver == self.name}):
             name = path.rsplit("/", 1)[-1]
+            if configless.is_client(ctx.state, node):
+                if node in compute_set:
+                    configless_steps += self._configless_followups(ctx, node, path, slurmd)
+                continue
             if name != "slurm.conf":
                 if node in compute_set:
                     slurmd.setdefault(node, []).append(f"{name} changed on {node}: slurmd must restart")
@@ -82,6 +137,11 @@ class SlurmConfigDriver:
                                                         if r not in slurmd.get(other, []))
             if node in compute_set and node_definition_changed(before, desired, node, family):
                 slurmd.setdefault(node, []).append(f"{node}: hardware or GRES definition changed")
+            if node == ctl and ctx.state.cluster.mode == "configless":  # its slurmds read the controller's file
+                for other in compute:
+                    if configless.is_client(ctx.state, other) and node_definition_changed(before, desired, other,
+                                                                                           family):
+                        slurmd.setdefault(other, []).append(f"{other}: hardware or GRES definition changed")
         ctl_facts = ctx.facts.nodes.get(ctl)
         ctl_service = ctl_facts.services.get("slurmctld") if ctl_facts and ctl_facts.reachable else None
         ctl_down = ctl_service is not None and not ctl_service.running and (ctx.limit is None or ctl in ctx.limit)
@@ -109,7 +169,38 @@ class SlurmConfigDriver:
                            jobs=[job.job_id for job in ctx.facts.jobs_on(node)])
             step.reasons = slurmd[node]
             steps.append(step)
-        return steps
+        return steps + configless_steps
+
+    def _configless_followups(self, ctx: Context, node: str, path: str, slurmd: dict[str, list[str]]) -> list[FollowUp]:
+        """A configless node's file changed: systemd reloads its units and slurmd restarts (rolling); supervisord
+        rereads its programs and `update` (re)starts slurmd with the new command line (rolling, drained first)."""
+        if path in (file_path(ctx.state, name) for name in SLURM_FILES):
+            slurmd.setdefault(node, []).append(f"{path} removed on {node}: slurmd must restart to go configless")
+            return []
+        manager = ctx.specs[node].service_manager.type
+        reason = f"{path} changed on {node}: slurmd must start with --conf-server"
+        if manager == "systemd":
+            slurmd.setdefault(node, []).append(reason)
+            return [command(node, "systemctl daemon-reload", self.phase, reason, order=ORDER_COMMAND)]
+        ctl = ctx.controller
+        step = FollowUp(node=node, kind="command", target=SUPERVISOR_UPDATE, phase=self.phase, order=ORDER_COMPUTE,
+                        rolling=True, drain=drain_steps(ctl, node), ready=responding_command(node), ready_on=ctl,
+                        jobs=[job.job_id for job in ctx.facts.jobs_on(node)], reasons=[reason],
+                        supersedes=[followup_key(node, "restart", "slurmd"), followup_key(node, "start", "slurmd")])
+        return [step]
+
+
+def _slurmd_start_file(ctx: Context, node: str) -> str | None:
+    """Where the node's service manager reads how slurmd starts (None: a custom manager)."""
+    manager = ctx.specs[node].service_manager.type
+    return {"systemd": configless.SYSTEMD_DROPIN, "supervisord": configless.SUPERVISORD_PROGRAM}.get(manager)
+
+
+def _slurmd_start_content(ctx: Context, node: str) -> str:
+    cluster = ctx.state.cluster
+    if ctx.specs[node].service_manager.type == "systemd":
+        return configless.systemd_dropin(cluster, ctx.source)
+    return configless.supervisord_program(cluster, ctx.source)
 
 
 def _current(ctx: Context, node: str, name: str) -> str | None:

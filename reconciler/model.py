@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from reconciler import hostlist, values
 from reconciler import params as slurm_params
@@ -298,6 +306,11 @@ class Cluster(Strict):
     _slurm_paths = field_validator("prolog", "epilog")(lambda cls, v: values.slurm_value(v))
     health_check: HealthCheck | None = None
     config_dir: AbsPath = Field(default="/etc/slurm", description="Where slurm.conf lives on every node")
+    mode: Literal["files", "configless"] = Field(
+        default="files", description="files: slurm.conf, gres.conf and cgroup.conf on every Slurm node; "
+        "configless: only on the controllers and nodes outside the node sets (SlurmctldParameters gets "
+        "enable_configless), slurmd on the node sets' nodes is started with --conf-server (a systemd "
+        "drop-in or a supervisord program) and any local slurm.conf there is removed")
 
     _abs = field_validator("prolog", "epilog", "config_dir")(lambda cls, v: v if v is None else _absolute(v))
 
@@ -386,16 +399,30 @@ class NfsExport(Strict):
 class Mount(Strict):
     """An /etc/fstab entry, mounted on a set of nodes."""
 
-    source: FstabField = Field(description="server:/path for NFS, MGS@tcp:/fs for Lustre, or a device")
-    mountpoint: AbsPath
+    # `type` comes first: the source and options are checked by the rules of the type.
     type: str = Field(default="nfs", pattern=r"^[a-z0-9.]+$", description="nfs, nfs4, lustre, ...")
-    options: list[MountOption] = Field(default_factory=lambda: ["defaults"])
+    source: FstabField = Field(description="server:/path for NFS, MGSNID[:MGSNID...]:/fsname for Lustre "
+                               "(e.g. 10.0.0.5@tcp:/lustrefs), or a device")
+    mountpoint: AbsPath
+    options: list[MountOption] = Field(default_factory=lambda: ["defaults"], validate_default=True,
+                                       description="lustre: known options only, _netdev required, one of "
+                                       "flock/localflock/noflock")
     nodes: Hostlist
     dump: int = 0
     passno: int = 0
 
     _abs = field_validator("mountpoint")(lambda cls, v: _absolute(v))
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str, info: ValidationInfo) -> str:
+        return values.lustre_source(value) if info.data.get("type") == "lustre" else value
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return values.lustre_options(value) if info.data.get("type") == "lustre" else value
 
     def nfs_server(self) -> tuple[str, str] | None:
         """Return (server, path) when the source is `server:/path` of an NFS type."""
@@ -406,7 +433,7 @@ class Mount(Strict):
 
 
 class Storage(Strict):
-    """Shared storage: NFS exports and mounts."""
+    """Shared storage: NFS exports and mounts (NFS, Lustre, ...)."""
 
     exports: list[NfsExport] = Field(default_factory=list)
     mounts: list[Mount] = Field(default_factory=list)

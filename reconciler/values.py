@@ -28,6 +28,13 @@ The rules, and why:
 - **fstab** (`fstab_field`, `fstab_escape`): fields are separated by blanks; libmount decodes `\\ooo`
   octal escapes, so spaces, `\\` and `#` are written as `\\040`, `\\134`, `\\043`. Mount options are
   refused when they hold blanks, `,` (the separator of the joined list), `"`, `\\` or `#`.
+- **Lustre** (`lustre_source`, `lustre_options`, mount.lustre(8)): the source is
+  `MGSNID[,NID...][:MGSNID...]:/FSNAME[/SUBDIR]`, NIDs `ADDRESS@NET` with an IPv4 address on tcp/o2ib (the
+  kernel reports mounts with addresses, so a host name would never match `/proc/mounts`), fsname 1-8
+  letters, digits, `_`, `-`. Options come from a known list (generic mount(8) options, Lustre client
+  options, `x-systemd.*`); an unknown one is refused with "did you mean"; `flock`/`localflock`/`noflock`
+  (and `ro`/`rw`, ...) exclude each other; `_netdev` is required, not added: what the YAML says is what
+  /etc/fstab gets.
 - **exports(5)** (`export_client`, `export_option`, `exports_escape`): a client is a host name (with `*`/`?`
   wildcards), an `@netgroup`, an IPv4/IPv6 address or network (`/len` or `/mask`), or `*`; an option is
   one of nfs-utils' option names, with a value of the right shape where it takes one. Paths are written
@@ -39,6 +46,7 @@ The rules, and why:
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import posixpath
 import re
@@ -205,6 +213,120 @@ def mount_option(option: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.:=/@+-]+", option):
         raise ValueError(f"not a mount option: {option!r} (letters, digits and _.:=/@+- only; one option per item)")
     return option
+
+
+# ---------------------------------------------------------------- Lustre (mount.lustre(8))
+
+# LNet network types of a NID (`ADDRESS@NET[N]`, libcfs nidstrings): tcp and o2ib carry an IPv4 address,
+# the others a number.
+_LNET_IP_NETS = ("tcp", "o2ib")
+_LNET_NUM_NETS = ("lo", "gni", "ptlf", "kfi", "efa")
+_LNET_NET = re.compile(rf"({'|'.join(_LNET_IP_NETS + _LNET_NUM_NETS)})(\d*)")
+_LUSTRE_FSNAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
+LUSTRE_FLAGS = frozenset({
+    # mount(8) and libmount generic options
+    "defaults", "_netdev", "ro", "rw", "auto", "noauto", "nofail", "user", "nouser", "users", "owner", "group",
+    "suid", "nosuid", "dev", "nodev", "exec", "noexec", "sync", "async", "dirsync", "atime", "noatime",
+    "diratime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime", "nolazytime",
+    "silent", "loud", "x-systemd.automount",
+    # Lustre client options (mount.lustre(8))
+    "flock", "localflock", "noflock", "user_xattr", "nouser_xattr", "acl", "noacl", "user_fid2path",
+    "nouser_fid2path", "lazystatfs", "nolazystatfs", "always_ping", "encrypt", "noencrypt", "verbose",
+    "noverbose", "32bitapi",
+})
+_LUSTRE_VALUED = {
+    "retry": r"\d+",
+    "mgssec": r"null|plain|gssnull|krb5n|krb5a|krb5i|krb5p|skn|ska|ski|skpi",
+    "skpath": r"/[A-Za-z0-9_.@+/-]*",
+    "exclude": r"[A-Za-z0-9_-]{1,8}-OST[0-9a-fA-F]{4}(:[A-Za-z0-9_-]{1,8}-OST[0-9a-fA-F]{4})*",
+    "network": rf"({'|'.join(_LNET_IP_NETS + _LNET_NUM_NETS)})\d*",
+    "x-systemd.requires": r"[A-Za-z0-9_.@:/-]+",
+    "x-systemd.after": r"[A-Za-z0-9_.@:/-]+",
+    "x-systemd.before": r"[A-Za-z0-9_.@:/-]+",
+    "x-systemd.wanted-by": r"[A-Za-z0-9_.@:/-]+",
+    "x-systemd.required-by": r"[A-Za-z0-9_.@:/-]+",
+    "x-systemd.requires-mounts-for": r"/[A-Za-z0-9_.@/-]*",
+    "x-systemd.mount-timeout": r"\d+(ms|s|min|h)?",
+    "x-systemd.idle-timeout": r"\d+(ms|s|min|h)?",
+    "x-systemd.device-timeout": r"\d+(ms|s|min|h)?",
+}
+# At most one option of each group: they contradict each other.
+LUSTRE_EXCLUSIVE = (("flock", "localflock", "noflock"), ("ro", "rw"), ("user_xattr", "nouser_xattr"),
+                    ("acl", "noacl"), ("lazystatfs", "nolazystatfs"), ("auto", "noauto"),
+                    ("encrypt", "noencrypt"), ("verbose", "noverbose"), ("user_fid2path", "nouser_fid2path"))
+
+
+def lustre_nid(nid: str) -> str:
+    """One LNet NID: `10.0.0.5@tcp`, `10.1.1.1@o2ib1` (IPv4 on tcp/o2ib), `0@lo`, `42@gni`."""
+    address, sep, net = nid.partition("@")
+    match = _LNET_NET.fullmatch(net)
+    if not sep or not address or match is None:
+        raise ValueError(f"not an LNet NID: {nid!r} (ADDRESS@NET, e.g. 10.0.0.5@tcp or 10.1.1.1@o2ib)")
+    if match.group(1) in _LNET_IP_NETS:
+        try:
+            ipaddress.IPv4Address(address)
+        except ValueError:
+            raise ValueError(f"NID {nid!r}: the address of a {match.group(1)} NID is an IPv4 address, as "
+                             "`lctl list_nids` shows it (the kernel reports mounts that way)") from None
+    elif not address.isdigit():
+        raise ValueError(f"NID {nid!r}: the address of a {match.group(1)} NID is a number")
+    return nid
+
+
+def lustre_source(source: str) -> str:
+    """A Lustre client source: `MGSNID[,NID...][:MGSNID[,NID...]...]:/FSNAME[/SUBDIR]` (mount.lustre(8))."""
+    no_control_chars(source)
+    mgs, sep, rest = source.partition(":/")
+    if not sep or not mgs:
+        raise ValueError(f"not a Lustre source: {source!r} (MGSNID[:MGSNID...]:/fsname, e.g. 10.0.0.5@tcp:/lustrefs)")
+    for node in mgs.split(":"):
+        if not node:
+            raise ValueError(f"empty MGS NID in {source!r} (MGS nodes are separated by one ':')")
+        for nid in node.split(","):
+            lustre_nid(nid)
+    fsname, _, subdir = rest.partition("/")
+    if not _LUSTRE_FSNAME.fullmatch(fsname):
+        raise ValueError(f"not a Lustre file system name: {fsname!r} (1-8 letters, digits, _ or -)")
+    if subdir and (not re.fullmatch(r"[A-Za-z0-9_.@+/-]+", subdir) or subdir.endswith("/")
+                   or any(part in ("", ".", "..") for part in subdir.split("/"))):
+        raise ValueError(f"bad subdirectory {subdir!r} in Lustre source {source!r}")
+    return source
+
+
+def lustre_source_key(source: str) -> str:
+    """A Lustre source as the kernel reports it: `@tcp0` is `@tcp`, `@o2ib0` is `@o2ib`; trailing '/' dropped."""
+    return re.sub(r"@([a-z][a-z0-9]*[a-z])0(?=[,:])", r"@\1", source.rstrip("/"))
+
+
+def lustre_options(options: list[str]) -> list[str]:
+    """Lustre mount options: known ones only, `_netdev` present, no two of one exclusive group, no repeats."""
+    seen: set[str] = set()
+    for option in options:
+        mount_option(option)
+        name, sep, value = option.partition("=")
+        if sep:
+            pattern = _LUSTRE_VALUED.get(name)
+            if pattern is not None and not re.fullmatch(pattern, value):
+                raise ValueError(f"bad value for Lustre mount option {name}: {value!r}")
+            known = pattern is not None
+        else:
+            known = option in LUSTRE_FLAGS
+        if not known:
+            names = sorted(LUSTRE_FLAGS | {f"{k}=" for k in _LUSTRE_VALUED})
+            near = difflib.get_close_matches(option if not sep else f"{name}=", names, n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+            raise ValueError(f"unknown Lustre mount option {option!r}{hint}")
+        if name in seen:
+            raise ValueError(f"Lustre mount option {name} given twice")
+        seen.add(name)
+    for group in LUSTRE_EXCLUSIVE:
+        both = [o for o in group if o in seen]
+        if len(both) > 1:
+            raise ValueError(f"Lustre mount options {' and '.join(both)} exclude each other: keep one")
+    if "_netdev" not in seen:
+        raise ValueError("a lustre mount needs the _netdev option (the mount must wait for the network and "
+                         "LNet; without it boot tries to mount before the network is up): add _netdev")
+    return options
 
 
 # ---------------------------------------------------------------- exports(5)

@@ -5,7 +5,7 @@ own tests when nobody else did). Fixtures:
 
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
-- ``testbed_factory`` (session): ``make(nodes=2, bare=False)`` brings up more testbeds, all torn down at the
+- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False)`` brings up more testbeds, all torn down at the
   end of the session.
 
 Every testbed is torn down at the end of the session whatever the tests did (also at interpreter exit and on
@@ -62,6 +62,7 @@ class Testbed:
     bare: bool
     state_dir: Path
     up_output: str = ""
+    configless: bool = False
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -199,15 +200,16 @@ class Registry:
                 return name, subnet
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
-    def up(self, nodes: int, bare: bool) -> Testbed:
+    def up(self, nodes: int, bare: bool, configless: bool = False) -> Testbed:
         """Bring up a new testbed."""
         reason = unavailable()
         if reason:
             pytest.skip(reason)
         name, subnet = self.next_name_and_subnet()
-        args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else [])]
+        args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else []),
+                *(["--configless"] if configless else [])]
         bed = Testbed(name=name, subnet=subnet, computes=[f"gpu{i:02d}" for i in range(1, nodes + 1)],
-                      bare=bare, state_dir=BASE / name)
+                      bare=bare, state_dir=BASE / name, configless=configless)
         self.beds.append(bed)
         proc = _testbed_cli(*args)
         if proc.returncode != 0:
@@ -240,12 +242,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 @pytest.fixture(scope="session")
 def testbed_factory() -> Iterator[Callable[..., Testbed]]:
-    """make(nodes=2, bare=False) -> a new running Testbed; all are torn down at session end."""
+    """make(nodes=2, bare=False, configless=False) -> a new running Testbed; all are torn down at session end."""
     if not unavailable():
         reap_stale()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        yield lambda nodes=2, bare=False: REGISTRY.up(nodes, bare)
+        yield lambda nodes=2, bare=False, configless=False: REGISTRY.up(nodes, bare, configless)
     finally:
         REGISTRY.down_all()
         signal.signal(signal.SIGTERM, previous)

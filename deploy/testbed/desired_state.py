@@ -62,6 +62,7 @@ class LayoutLike(Protocol):
 
     name: str
     subnet: str
+    configless: bool
 
     @property
     def compute_nodes(self) -> list[str]: ...
@@ -97,17 +98,20 @@ def spec(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> dict[str, 
     return {"name": layout.name, "subnet": f"{layout.subnet}.0/24", "computes": hostlist,
             "all": f"ctl,{hostlist}", "cpus": cpus, "memory": memory_mb, "gpus": gpus,
             "ssh_config": str(layout.ssh_config), "known_hosts": str(layout.known_hosts),
-            "identity": str(layout.identity)}
+            "identity": str(layout.identity), "configless": getattr(layout, "configless", False)}
 
 
 def cluster_yaml(s: dict[str, Any]) -> str:
     """cluster.yaml: the running slurm.conf, a second partition, gres.conf and the prolog."""
     params = "".join(f"    {k}: {q(v)}\n" for k, v in SLURM_CONF.items())
+    # configless: slurm.conf on ctl only (the reconciler adds SlurmctldParameters=enable_configless), slurmd on
+    # the compute nodes started with --conf-server ctl:6817 by a supervisord program the reconciler writes.
+    mode = "  mode: configless\n" if s.get("configless") else ""
     return header("the Slurm cluster (slurm.conf, gres.conf)") + f"""cluster:
   name: {q(s["name"])}
   slurm_version: "22.05"
   controllers: [ctl]
-  slurm_conf:
+{mode}  slurm_conf:
 {params}  node_sets:
     - nodes: {q(s["computes"])}
       CPUs: {s["cpus"]}

@@ -101,7 +101,7 @@ def setup_dev(root: str, gpus: int) -> None:
 
 
 def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid: int) -> None:
-    """Mount private /run and /tmp; bind every node's root for the mount.nfs stand-in."""
+    """Mount private /run and /tmp; bind every node's root (mount.nfs stand-in) and the Lustre file systems."""
     mount("tmpfs", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     for sub, mode in (("sshd", 0o755), ("lock", 0o1777), ("munge", 0o755)):
@@ -113,6 +113,9 @@ def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid
     for peer in peers:
         os.mkdir(f"{roots}/{peer}", 0o755)
         mount(f"{state}/nodes/{peer}/root", f"{roots}/{peer}", None, MS_BIND)
+    if os.path.isdir(f"{state}/lustre"):  # the mount.lustre stand-in's file systems (see testbed.mount_lustre)
+        os.makedirs(f"{root}/run/reconciler-testbed/lustre", 0o755)
+        mount(f"{state}/lustre", f"{root}/run/reconciler-testbed/lustre", None, MS_BIND | MS_REC)
 
 
 def setup_net(ip: str, prefixlen: int) -> None:

@@ -53,6 +53,9 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
 PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD = 22, 6817, 6818
+# Lustre file systems "served" by ctl (the MGS) for the mount.lustre stand-in: NAME -> tmpfs size.
+LUSTRE_FILESYSTEMS = {"lustrefs": "256m"}
+LUSTRE_MGS = "ctl"
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 SUBNET_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 
@@ -87,6 +90,7 @@ class Layout:
     computes: int = 4
     subnet: str = DEFAULT_SUBNET
     bare: bool = False
+    configless: bool = False
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -300,15 +304,34 @@ def _program(name: str, command: str, *, autostart: bool = True, user: str = "",
 
 
 def supervisor_conf(layout: Layout, node: str) -> str:
-    """supervisord programs of a node; Slurm daemons are defined but not started with --bare."""
+    """supervisord programs of a node; Slurm daemons are defined but not started with --bare.
+
+    With --configless a compute node's slurmd is not here but in CONFIGLESS_PROGRAM_PATH (see
+    configless_program); with --bare --configless it is nowhere: the reconciler's apply writes that file.
+    """
     wait_munge = "until [ -S /run/munge/munge.socket.2 ]; do sleep 0.1; done"
     daemon = "slurmctld" if node == "ctl" else "slurmd"
     parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
              _program("munge", "/usr/sbin/munged -F", user="munge", priority=10, startsecs=0),
-             _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0),
-             _program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
-                      autostart=not layout.bare, priority=30)]
+             _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0)]
+    if node == "ctl" or not layout.configless:
+        parts.append(_program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
+                              autostart=not layout.bare, priority=30))
     return "\n".join(parts)
+
+
+CONFIGLESS_PROGRAM_PATH = "etc/supervisor/conf.d/slurmd.conf"
+
+
+def configless_program(layout: Layout) -> str:
+    """A configless compute node's slurmd program: byte for byte the body of what reconciler renders for
+    `cluster.mode: configless` on a supervisord node (reconciler/render/configless.py), so adopting it is a
+    no-op."""
+    return ("[program:slurmd]\n"
+            f"command=/usr/sbin/slurmd -D --conf-server ctl:{desired_state.SLURM_CONF['SlurmctldPort']}\n"
+            "autostart=true\nautorestart=true\npriority=30\nstartsecs=1\nstartretries=10\nstopwaitsecs=10\n"
+            "redirect_stderr=true\nstdout_logfile=/var/log/supervisor/slurmd.log\n"
+            "stdout_logfile_maxbytes=1MB\nstdout_logfile_backups=1\n")
 
 
 def slurm_conf(layout: Layout) -> str:
@@ -319,6 +342,8 @@ def slurm_conf(layout: Layout) -> str:
     """
     nodes = hostlist(layout.compute_nodes)
     params = "".join(f"{k}={v}\n" for k, v in desired_state.SLURM_CONF.items())
+    if layout.configless:
+        params += "SlurmctldParameters=enable_configless\n"
     return (f"# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)\n"
             f"ClusterName={layout.name}\nSlurmctldHost=ctl\n{params}\n# Nodes\n"
             f"NodeName={nodes} CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPUS_PER_NODE} "
@@ -368,11 +393,13 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
     put(upper, "etc/supervisor/conf.d/testbed.conf", supervisor_conf(layout, node))
+    if layout.configless and not layout.bare and node != "ctl":
+        put(upper, CONFIGLESS_PROGRAM_PATH, configless_program(layout))
     slurm = _ids("slurm")
     for rel in ("var/lib/slurm/slurmctld", "var/lib/slurm/slurmd", "var/log/slurm"):
         path = _mirror_mkdir(upper, rel)
         os.chown(path, *slurm)
-    if not layout.bare:
+    if not layout.bare and (node == "ctl" or not layout.configless):
         put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
         put(upper, "etc/slurm/gres.conf", gres_conf(layout))
     install_standins(upper)
@@ -384,8 +411,9 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
 
 
 def install_standins(upper: Path) -> None:
-    """Put the testbed-only mount.nfs, enroot and all_reduce_perf stand-ins into a node (never on the host)."""
+    """Put the testbed-only mount.nfs, mount.lustre, enroot and all_reduce_perf stand-ins into a node."""
     put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
+    put(upper, "usr/sbin/mount.lustre", (HERE / "standins" / "mount.lustre").read_bytes(), 0o755)
     put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
     put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
@@ -524,6 +552,23 @@ def mount_roots(layout: Layout) -> None:
             continue
         opts = f"lowerdir=/,upperdir={d / 'upper'},workdir={d / 'work'}"
         node_init.mount(f"{node}:/", str(d / "root"), "overlay", 0, opts)
+
+
+def mount_lustre(layout: Layout) -> None:
+    """Mount the stand-in Lustre file systems: one tmpfs per fs name, named `<ctl IP>@tcp:/<fsname>`.
+
+    Mounted in the host namespace before any node starts; every node gets them (recursive bind) under
+    /run/reconciler-testbed/lustre/<MGS node>/<fsname>, where the mount.lustre stand-in binds them from.
+    A bind keeps its file system's name, so /proc/self/mountinfo shows the Lustre source, as with Lustre.
+    """
+    current = set(mountpoints())
+    for fsname, size in LUSTRE_FILESYSTEMS.items():
+        target = layout.state / "lustre" / LUSTRE_MGS / fsname
+        if str(target) in current:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        node_init.mount(f"{layout.ip(LUSTRE_MGS)}@tcp:/{fsname}", str(target), "tmpfs",
+                        node_init.MS_NOSUID | node_init.MS_NODEV, f"size={size},mode=0755")
 
 
 def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
@@ -761,14 +806,17 @@ def running(layout: Layout) -> bool:
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
     require_root_and_deps()
-    want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare)
+    want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
+                  configless=args.configless)
     validate_layout(want)
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare) != (want.computes, want.subnet, want.bare):
+            if (old.computes, old.subnet, old.bare, old.configless) != (
+                    want.computes, want.subnet, want.bare, want.configless):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
-                                   f"subnet {old.subnet}, bare={old.bare}; run down first to change it")
+                                   f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}; "
+                                   "run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -807,6 +855,7 @@ def bring_up(layout: Layout) -> None:
     network_up(layout)
     trace("network up")
     mount_roots(layout)
+    mount_lustre(layout)
     start_nodes(layout, layout.nodes)
     trace("nodes started")
     wait_ready(layout, timeout=60 + layout.computes)
@@ -849,7 +898,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not layout:
         print(f"testbed {args.name}: not up")
         return 1
-    mode = "bare" if layout.bare else "slurm"
+    mode = ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else "")
     print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.subnet}.0/24, {mode}, "
           f"state {layout.state}")
     names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd"}
@@ -915,6 +964,8 @@ def parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a testbed up; prints its desired-state directory last")
     up.add_argument("--nodes", type=int, default=4, help="number of compute nodes gpu01..gpuNN (default 4)")
     up.add_argument("--bare", action="store_true", help="no slurm.conf, Slurm daemons not started")
+    up.add_argument("--configless", action="store_true",
+                    help="configless Slurm: slurm.conf on ctl only, slurmd started with --conf-server ctl")
     up.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets (default 10.250.0)")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):

@@ -6,6 +6,7 @@ import posixpath
 
 from reconciler.inventory import node_specs, slurm_node_set
 from reconciler.model import DesiredState
+from reconciler.render import configless
 from reconciler.render.blocks import BEGIN, END
 from reconciler.render.cgroup_conf import render_cgroup_conf
 from reconciler.render.gres_conf import render_gres_conf
@@ -34,11 +35,11 @@ def file_path(state: DesiredState, name: str) -> str:
 
 
 def managed_files_for(state: DesiredState, node: str) -> list[str]:
-    """The managed files that exist for a node, by name."""
+    """The managed files that exist for a node, by name (configless Slurm: no Slurm files on slurmd nodes)."""
     if node not in node_specs(state):
         raise UnknownNodeError(node)
     names: list[str] = []
-    if is_slurm_node(state, node):
+    if is_slurm_node(state, node) and not configless.is_client(state, node):
         names.append("slurm.conf")
         if state.cluster.gres is not None:
             names.append("gres.conf")

@@ -5,12 +5,20 @@ from __future__ import annotations
 from reconciler import hostlist
 from reconciler.model import Cluster, NodeSet, Partition
 from reconciler.render.common import SlurmValue, header, key_values, slurm_value
+from reconciler.render.configless import ctld_parameters
 
 
 def _global_params(cluster: Cluster) -> list[tuple[str, SlurmValue]]:
     pairs: list[tuple[str, SlurmValue]] = [("ClusterName", cluster.name)]
     pairs += [("SlurmctldHost", host) for host in cluster.controllers]
-    pairs += cluster.slurm_conf.items()
+    params = cluster.slurm_conf.items()
+    if cluster.mode == "configless":  # merged into the admin's SlurmctldParameters, or added after the others
+        at = next((i for i, (k, _) in enumerate(params) if k.lower() == "slurmctldparameters"), None)
+        if at is None:
+            params.append(("SlurmctldParameters", ctld_parameters(None)))
+        else:
+            params[at] = (params[at][0], ctld_parameters(params[at][1]))
+    pairs += params
     pairs += [("Prolog", cluster.prolog), ("Epilog", cluster.epilog)]
     if cluster.health_check:
         check = cluster.health_check

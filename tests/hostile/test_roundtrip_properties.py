@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from reconciler import params as slurm_params
+from reconciler import values as value_rules
 from reconciler.loader import DesiredStateError, load_dir
 from reconciler.model import DesiredState
 from reconciler.render import render_file
@@ -234,3 +235,57 @@ def test_hostile_strings_are_refused_or_read_back(field: str, value: str) -> Non
             assert all(e.location is not None and e.location.line >= 1 for e in exc.errors), exc
             return
     assert reader(loaded.state) == value, f"{field}: {value!r} read back differently"
+
+
+# ---------------------------------------------------------------- Lustre mounts (issue 14)
+
+NID = st.tuples(st.ip_addresses(v=4).map(str), st.sampled_from(["tcp", "tcp0", "tcp1", "o2ib", "o2ib0", "o2ib3"])).map(
+    "@".join)
+MGS = st.lists(st.lists(NID, min_size=1, max_size=2).map(",".join), min_size=1, max_size=3).map(":".join)
+FSNAME = st.from_regex(r"[A-Za-z0-9_-]{1,8}", fullmatch=True)
+SUBDIR = st.lists(st.from_regex(r"[a-z0-9_][a-z0-9_.-]{0,6}", fullmatch=True).filter(lambda p: p not in (".", "..")),
+                  max_size=2).map(lambda parts: "".join(f"/{p}" for p in parts))
+LUSTRE_SOURCE = st.tuples(MGS, st.just(":/"), FSNAME, SUBDIR).map("".join)
+# Valid option lists: _netdev, at most one option of each exclusive group, any other known flags and values.
+_GROUPS = [st.sampled_from([None, *group]) for group in value_rules.LUSTRE_EXCLUSIVE]
+_FREE = sorted(value_rules.LUSTRE_FLAGS - {o for g in value_rules.LUSTRE_EXCLUSIVE for o in g} - {"_netdev"})
+LUSTRE_OPTIONS = st.tuples(st.tuples(*_GROUPS), st.lists(st.sampled_from(_FREE + ["retry=3", "mgssec=krb5p",
+                                                                                  "network=o2ib1"]), unique=True,
+                                                         max_size=4), st.randoms(use_true_random=False)).map(
+    lambda t: t[2].sample(o := ["_netdev", *[x for x in t[0] if x], *t[1]], len(o)))
+
+
+def _lustre_base(source: str, options: list[str]) -> dict[str, Any]:
+    data = base()
+    data["storage"]["mounts"].append({"source": source, "mountpoint": "/lustre", "type": "lustre",
+                                      "options": options, "nodes": "gpu[01-02]"})
+    return data
+
+
+@given(source=LUSTRE_SOURCE, options=LUSTRE_OPTIONS)
+def test_valid_lustre_mounts_read_back_exactly(source: str, options: list[str]) -> None:
+    state = DesiredState.model_validate(_lustre_base(source, options))
+    entries = fstab_entries(_render(state, "gpu02", "fstab"))
+    assert entries[1] == (source, "/lustre", "lustre", options, 0, 0)
+
+
+@given(field=st.sampled_from(["source", "option"]),
+       value=st.tuples(st.sampled_from(["", "10.0.0.5@tcp:/", "10.0.0.5@tcp", "fl"]), HOSTILE).map("".join))
+def test_hostile_lustre_values_are_refused_or_read_back(field: str, value: str) -> None:
+    data = _lustre_base(value, ["_netdev"]) if field == "source" else _lustre_base("10.0.0.5@tcp:/lfs",
+                                                                                   ["_netdev", value])
+    with tempfile.TemporaryDirectory() as tmp:
+        _write(data, Path(tmp))
+        try:
+            loaded = load_dir(tmp)
+        except DesiredStateError as exc:
+            assert all(e.location is not None and e.location.line >= 1 for e in exc.errors), exc
+            return
+    _, _, kind, options = fstab_entries(_render(loaded.state, "gpu01", "fstab"))[1][:4]
+    assert kind == "lustre"
+    if field == "source":
+        assert fstab_entries(_render(loaded.state, "gpu01", "fstab"))[1][0] == value
+        assert value_rules.lustre_source(value) == value
+    else:
+        assert options == ["_netdev", value]
+        assert value_rules.lustre_options(options) == options
