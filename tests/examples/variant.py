@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "desired-state" / "examples"
 SUBNET = "{subnet}"  # replaced by the testbed's /24
+CTL_IP = "{ctl_ip}"  # replaced by ctl's address (the Lustre stand-in's MGS)
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,9 @@ VARIANTS = {
         cluster_keys=("munge",), mounts=("/home",), nccl_check="nightly-allreduce"),
     "a3-mega-lustre": Variant(
         "a3-mega-lustre",
-        {"a3mega-a3meganodeset-[0-15]": "gpu[01-02]", "a3mega-controller": "ctl", "a3mega-login-001": "ctl",
-         "partition: a3mega": "partition: batch"},
+        {"a3mega-login-001,a3mega-a3meganodeset-[0-15]": "ctl,gpu[01-02]",
+         "a3mega-a3meganodeset-[0-15]": "gpu[01-02]", "a3mega-controller": "ctl", "a3mega-login-001": "ctl",
+         "partition: a3mega": "partition: batch", "10.1.0.5@tcp:/exacloud": f"{CTL_IP}@tcp:/lustrefs"},
         cluster_keys=("mode", "munge", "prolog"), mounts=("/home",), nccl_check="tcpxo-allreduce"),
     "cloud-supervisord": Variant(
         "cloud-supervisord",
@@ -71,7 +73,7 @@ def _yaml() -> YAML:
 def rename(text: str, renames: dict[str, str], subnet: str) -> str:
     """The example's names replaced by the testbed's, longest first, whole words only."""
     for old in sorted(renames, key=len, reverse=True):
-        new = renames[old].replace(SUBNET, f"{subnet}.0/24")
+        new = renames[old].replace(SUBNET, f"{subnet}.0/24").replace(CTL_IP, f"{subnet}.1")
         text = re.sub(rf"(?<![\w.-]){re.escape(old)}(?![\w-])", new, text)
     return text
 
