@@ -96,15 +96,17 @@ def parse_supervisorctl_status(text: str) -> dict[str, ServiceFact]:
         if len(fields) < 2:
             continue
         name = fields[0].split(":")[-1]
-        services[name] = ServiceFact(name=name, running=fields[1] == "RUNNING",
+        # STARTING: spawned, inside its startsecs window; starting it again would be wrong
+        services[name] = ServiceFact(name=name, running=fields[1] in ("RUNNING", "STARTING"),
                                      detail=" ".join(fields[1:]))
     return services
 
 
 def parse_systemctl_is_active(names: list[str], text: str) -> dict[str, ServiceFact]:
-    """Parse `systemctl is-active a b c`: one state word per line, in the order asked."""
+    """Parse `systemctl is-active a b c`: one state word per line, in the order asked (a unit starting or
+    reloading counts as running: starting it again would be wrong)."""
     states = text.split()
-    return {name: ServiceFact(name=name, running=state == "active", detail=state)
+    return {name: ServiceFact(name=name, running=state in ("active", "activating", "reloading"), detail=state)
             for name, state in zip(names, states, strict=False)}
 
 
