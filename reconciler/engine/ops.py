@@ -25,14 +25,15 @@ class WriteFile(BaseModel):
     secret: bool = False  # content is left out of every dump, repr and plan; only the node gets it
     backup: bool = True  # keep the old file as PATH.reconciler-bak (never for a secret: the old key must go)
 
-    @field_serializer("content")
-    def _hide_secret(self, content: str, info: FieldSerializationInfo) -> str | None:
-        """A secret's content is dumped only for the remote writer (context REVEAL); elsewhere it is None."""
-        return content if not self.secret or (info.context or {}).get(REVEAL) else None
+    @field_serializer("content", "expect_sha256")
+    def _hide_secret(self, value: str | None, info: FieldSerializationInfo) -> str | None:
+        """A secret's content and hash are dumped only for the remote writer (context REVEAL); else None."""
+        return value if not self.secret or (info.context or {}).get(REVEAL) else None
 
     def __repr_args__(self) -> Any:
-        """repr() never shows a secret's content."""
-        return [(k, "<secret>" if k == "content" and self.secret else v) for k, v in super().__repr_args__()]
+        """repr() never shows a secret's content (nor its hash)."""
+        hidden = ("content", "expect_sha256") if self.secret else ()
+        return [(k, "<secret>" if k in hidden else v) for k, v in super().__repr_args__()]
 
 
 class RunCommand(BaseModel):
