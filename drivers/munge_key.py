@@ -162,10 +162,11 @@ class MungeKeyDriver:
                 steps.append(service(node, "start", "munge", self.phase, f"munge is not running on {node}",
                                      order=ORDER_MUNGE, ready=MUNGE_UP))
         ctl = ctx.controller
-        if ctl in rotated and _running(ctx, ctl, "slurmctld"):
-            steps.append(service(ctl, "restart", "slurmctld", self.phase,
-                                 f"munge key changed on {ctl}: slurmctld restarts after munge",
-                                 order=ORDER_CONTROLLER, ready=CONTROLLER_UP))
+        for node in ctx.state.cluster.controller_names:  # the primary and any backup controller
+            if node in rotated and _running(ctx, node, "slurmctld"):
+                steps.append(service(node, "restart", "slurmctld", self.phase,
+                                     f"munge key changed on {node}: slurmctld restarts after munge",
+                                     order=ORDER_CONTROLLER, ready=CONTROLLER_UP))
         computes = slurm_node_set(ctx.state)
         for node in rotated:
             if node in computes and _running(ctx, node, "slurmd"):
