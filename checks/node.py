@@ -1,7 +1,9 @@
-"""NHC-style node checks over SSH: GPUs, driver, mounts, services, enroot images and the Slurm state.
+"""NHC-style node checks over SSH: GPUs, driver, mounts, services, enroot images, the Slurm state, munge.
 
 Every check that applies to a node is probed by ONE command on that node (a script of sections, see
 `checks.sections`); the Slurm state comes from the controller's `scontrol show node -o` (`SlurmView`).
+The munge check crosses nodes: a credential made on the controller is decoded on each node and one made on
+each node is decoded on the controller, the reconciler carrying them over SSH (three round trips in all).
 The judging functions are pure: command output in, `Item` out.
 """
 
@@ -106,6 +108,15 @@ def probe_command(probes: Probes, manager: ServiceManager) -> str:
         parts.append(("services", status_command(manager, probes.services)))
     parts += [(f"image.{i}", image_command(path)) for i, path in enumerate(probes.images)]
     return script(parts)
+
+
+MUNGE_ENCODE = "munge -n"
+# stdin: a credential made on the reference node. Prints the verdict of decoding it here, then a new credential.
+MUNGE_CROSS = ('if err=$(unmunge 2>&1 >/dev/null); then echo "decode ok"; '
+               'else echo "decode failed: $(printf %s "$err" | tail -n 1)"; fi; munge -n')
+# stdin: one credential a line. Prints one verdict a line, in the same order.
+MUNGE_DECODE_ALL = ('while IFS= read -r c; do if err=$(printf "%s\\n" "$c" | unmunge 2>&1 >/dev/null); '
+                    'then echo "decode ok"; else echo "decode failed: $(printf %s "$err" | tail -n 1)"; fi; done')
 
 
 # ---------------------------------------------------------------- judging (pure)
@@ -233,8 +244,29 @@ def judge_slurm_state(node: str, accepted: list[str], view: SlurmView) -> Item:
     return Item("slurm state", "pass", f"slurm {fact.state}")
 
 
+def _verdict(text: str | None) -> str | None:
+    """None when a `decode ok` line says the credential decoded, else why not."""
+    if text is None:
+        return "no answer"
+    line = text.strip()
+    return None if line == "decode ok" else (line.removeprefix("decode failed: ") or "no answer")
+
+
+def judge_munge(node: str, reference: str, here: str | None, there: str | None) -> Item:
+    """The reference's credential decoded HERE (on node) and the node's decoded THERE (on the reference)."""
+    problems = []
+    if (why := _verdict(here)) is not None:
+        problems.append(f"credential from {reference} not decoded on {node} ({why})")
+    if (why := _verdict(there)) is not None:
+        problems.append(f"credential from {node} not decoded on {reference} ({why})")
+    if problems:
+        return Item("munge", "fail", "munge: " + "; ".join(problems))
+    return Item("munge", "pass", f"munge credentials cross {node} <-> {reference}")
+
+
 def judge_node_check(check: NodeCheck, node: str, sections: dict[str, Section], probes: Probes,
-                     manager: ServiceManager, images: list[str], view: SlurmView) -> list[Item]:
+                     manager: ServiceManager, images: list[str], view: SlurmView,
+                     munge: Item | None = None) -> list[Item]:
     """Every item of one check on one node, from that node's probe output and the Slurm view."""
     items: list[Item] = []
     if check.gpus is not None:
@@ -249,6 +281,8 @@ def judge_node_check(check: NodeCheck, node: str, sections: dict[str, Section], 
             items.append(judge_image(path, sections.get(f"image.{probes.images.index(path)}")))
     if check.slurm_state:
         items.append(judge_slurm_state(node, check.slurm_state, view))
+    if check.munge:
+        items.append(munge or Item("munge", "error", "munge: not probed"))
     return items
 
 
@@ -288,6 +322,50 @@ def targets(check: NodeCheck, specs: dict[str, NodeSpec], only: set[str] | None)
     return [n for n in hostlist.expand(check.nodes) if n in specs and (only is None or n in only)]
 
 
+def _credential(output: str) -> str | None:
+    """The `MUNGE:...:` line of a command's output."""
+    found = [line.strip() for line in output.splitlines() if line.startswith("MUNGE:")]
+    return found[-1] if found else None
+
+
+def munge_cross(transport: Transport, specs: dict[str, NodeSpec], nodes: list[str], reference: str) -> dict[str, Item]:
+    """`munge -n | unmunge` across nodes: each node against the reference (the controller), both ways.
+
+    The reference itself passes when a node decodes its credential (alone, when it decodes its own).
+    """
+    made = transport.run(specs[reference], MUNGE_ENCODE)
+    cred = _credential(made.stdout) if made.ok else None
+    if cred is None:
+        why = f"munge: no credential from {reference}: {made.describe()}"
+        return {n: Item("munge", "fail" if n == reference else "error", why) for n in nodes}
+    others = [n for n in nodes if n != reference]
+    crossed = transport.run_many([specs[n] for n in others], MUNGE_CROSS, stdin=cred + "\n") if others else {}
+    here: dict[str, str | None] = {n: next(iter(r.stdout.splitlines()), None) for n, r in crossed.items()
+                                   if r.error is None}
+    theirs = {n: _credential(r.stdout) for n, r in crossed.items() if r.error is None}
+    asked = [n for n in others if theirs.get(n)] or ([reference] if reference in nodes else [])
+    creds = [theirs[n] if n != reference else cred for n in asked]
+    back = transport.run(specs[reference], MUNGE_DECODE_ALL, stdin="".join(f"{c}\n" for c in creds)) if asked else None
+    verdicts = back.stdout.splitlines() if back is not None and back.ok else []
+    there = {n: verdicts[i] if i < len(verdicts) else None for i, n in enumerate(asked)}
+    items = {}
+    for node in others:
+        result = crossed[node]
+        if result.error is not None:
+            items[node] = Item("munge", "error", f"munge: unreachable: {result.error}")
+        else:
+            items[node] = judge_munge(node, reference, here.get(node), there.get(node) if theirs.get(node)
+                                      else "decode failed: no credential made on the node")
+    if reference in nodes:
+        decoded = [n for n in others if _verdict(here.get(n)) is None]
+        if decoded or (not others and _verdict(there.get(reference)) is None):
+            items[reference] = Item("munge", "pass", f"munge credential of {reference} decoded on "
+                                                     f"{hostlist.compress(decoded or [reference])}")
+        else:
+            items[reference] = Item("munge", "fail", f"munge: credential from {reference} decoded nowhere")
+    return items
+
+
 def run_node_checks(state: DesiredState, transport: Transport, checks: list[NodeCheck], view: SlurmView,
                     only: set[str] | None = None, log: Callable[[str], None] = lambda _: None) -> list[CheckResult]:
     """Run node checks: one command per node covering every check on it; one result per check and node."""
@@ -310,6 +388,8 @@ def run_node_checks(state: DesiredState, transport: Transport, checks: list[Node
         lambda spec: probe_command(probes[spec.name], spec.service_manager),
     )
     sections = {node: split_sections(o.stdout + o.stderr) for node, o in outcomes.items() if o.error is None}
+    munged = [n for n, node_checks in per_node.items() if any(c.munge for c in node_checks)]
+    munge = munge_cross(transport, specs, munged, state.cluster.controller_names[0]) if munged else {}
     results = []
     for check in checks:  # in the order of the desired state, then of the check's nodes
         for node in targets(check, specs, only):
@@ -321,6 +401,6 @@ def run_node_checks(state: DesiredState, transport: Transport, checks: list[Node
                                            message=f"unreachable: {why}", started=started, duration=duration))
                 continue
             items = judge_node_check(check, node, sections[node], probes[node], specs[node].service_manager,
-                                     images[node], view)
+                                     images[node], view, munge.get(node))
             results.append(node_result(check, node, items, started, duration))
     return results

@@ -381,6 +381,18 @@ def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[t
     return []
 
 
+def _secrets_outside(state: DesiredState, root: Path) -> list[tuple[KeyPath, str]]:
+    """A secret's file must not be in the desired-state repository (links followed): secrets never come from Git."""
+    key_file = state.munge.key_file if state.munge else None
+    if key_file is None:
+        return []
+    repo, target = root.resolve(), Path(key_file).resolve()
+    if target == repo or repo in target.parents:
+        return [(("munge", "key_file"), f"{key_file} is inside the desired-state repository: the munge key must "
+                 "not come from Git (keep it on the machine running the reconciler, e.g. /etc/reconciler)")]
+    return []
+
+
 def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | None = None) -> LoadedState:
     """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
     from reconciler.crosscheck import cross_check  # late import: crosscheck needs the loaded model
@@ -405,6 +417,7 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
                       if not (parse_failed and len(e.path) == 1 and e.message == "required key is missing"))
     if state is not None:
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in cross_check(state))
+        errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in _secrets_outside(state, root))
     if errors:
         errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
         raise DesiredStateError(errors)

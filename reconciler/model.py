@@ -519,6 +519,8 @@ class NodeCheck(Strict):
     services: list[NameToken] = Field(default_factory=list, description="e.g. munge, slurmd")
     images: bool = Field(default=False, description="Enroot images of this repo must be present")
     slurm_state: list[NameToken] = Field(default_factory=list, description="Acceptable Slurm states, e.g. IDLE, MIXED")
+    munge: bool = Field(default=False, description="A credential made on this node (`munge -n`) decodes on the "
+                        "controller (`unmunge`) and one made there decodes here: the munge keys agree")
     drain_on_fail: bool = True
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
@@ -600,6 +602,24 @@ class Checks(Strict):
     nccl: list[NcclCheck] = Field(default_factory=list)
 
 
+# ---------------------------------------------------------------- munge
+
+
+class Munge(Strict):
+    """Where the munge key comes from: the machine the reconciler runs on, never Git; exactly one source."""
+
+    key_file: AbsPath | None = Field(default=None, description="A file on the machine running the reconciler "
+                                     "(outside the desired-state repository), e.g. /etc/reconciler/munge.key")
+    key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                description="An environment variable of the reconciler holding the key in base64")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Munge:
+        if (self.key_file is None) == (self.key_env is None):
+            raise ValueError("set exactly one of key_file and key_env")
+        return self
+
+
 # ---------------------------------------------------------------- the whole desired state
 
 
@@ -613,3 +633,5 @@ class DesiredState(Strict):
     images: list[Image] = Field(default_factory=list)
     patches: list[Patch] = Field(default_factory=list)
     checks: Checks = Field(default_factory=Checks)
+    munge: Munge | None = Field(default=None, description="Distribute /etc/munge/munge.key to every Slurm node "
+                                "(unset: the munge key is not managed)")

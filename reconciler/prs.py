@@ -230,7 +230,7 @@ def _mark_not_gathered(plan: Plan, facts: ClusterFacts) -> set[str]:
 def plan_pull_request(loaded: LoadedState, facts: ClusterFacts, main_plan: Plan, drivers: Sequence[Driver],
                       source: str) -> Plan:
     """Plan LOADED against FACTS; flag as drift every change that main's plan has too."""
-    ctx = Context(loaded=loaded, source=source, facts=facts)
+    ctx = Context(loaded=loaded, source=source, facts=facts, read_secrets=False)
     plan = make_plan(ctx, drivers)
     if _mark_not_gathered(plan, facts):
         plan.followups = plan_followups(ctx, plan, drivers)  # again: changes resting on facts not gathered do not count

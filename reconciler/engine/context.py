@@ -20,6 +20,7 @@ class Context:
     limit: set[str] | None = None
     facts: ClusterFacts = field(default_factory=ClusterFacts)
     renders: dict[tuple[str, str], str] = field(default_factory=dict)  # node-independent files, per plan
+    read_secrets: bool = True  # False for a pull request's plan: its YAML must not choose what secret we read
 
     @property
     def state(self) -> DesiredState:

@@ -40,6 +40,8 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
         req.commands["services"] = status_command(ctx.specs[node].service_manager, services)
     req.files = list(dict.fromkeys(req.files))
     req.stats = list(dict.fromkeys(req.stats))
+    req.hashes = list(dict.fromkeys(req.hashes))
+    req.files = [p for p in req.files if p not in req.hashes]  # a path asked for by hash is never read whole
     return req
 
 

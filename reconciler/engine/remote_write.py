@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine.ops import WriteFile
+from reconciler.engine.ops import REVEAL, WriteFile
 
 BACKUP_SUFFIX = ".reconciler-bak"
 TMP_MARK = ".reconciler-tmp."
 
 # Runs on the node as `python3 -c ...`; stdin: JSON list of writes; stdout: JSON list of results.
 REMOTE_SCRIPT = r'''
-import glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
+import base64, glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
 BAK, TMP = %(bak)r, %(tmp)r
 def fsync_dir(d):
     fd = os.open(d, os.O_RDONLY)
@@ -40,24 +40,27 @@ def write(op):
     old = None
     if os.path.exists(path):
         with open(path, "rb") as fh: old = fh.read()
+        old_mode = "%%o" %% (os.stat(path).st_mode & 0o7777)
         if op.get("expect_sha256") and hashlib.sha256(old).hexdigest() != op["expect_sha256"]:
             return {"ok": False, "error": "file changed on the node since facts were gathered; re-plan"}
-    tmp = install(op["content"].encode(), path, op.get("mode"), op.get("owner"), op.get("group"))
+    data = base64.b64decode(op["content"]) if op.get("encoding") == "base64" else op["content"].encode()
+    tmp = install(data, path, op.get("mode"), op.get("owner"), op.get("group"))
     if op.get("validate_cmd"):
         rc, out = run(op["validate_cmd"].replace("%%s", tmp))
         if rc != 0:
             os.unlink(tmp)
             return {"ok": False, "error": "validation failed: " + out}
-    if old is not None:
-        st = os.stat(path)
-        bak = install(old, path + BAK, "%%o" %% (st.st_mode & 0o7777), None, None)
+    if old is not None and op.get("backup", True):
+        bak = install(old, path + BAK, old_mode, None, None)
         os.rename(bak, path + BAK)
+    elif os.path.exists(path + BAK) and not op.get("backup", True):
+        os.unlink(path + BAK)  # no copy of an old secret stays behind
     os.rename(tmp, path); fsync_dir(d)
     if op.get("after"):
         rc, out = run(op["after"])
         if rc != 0:
             if old is not None:
-                back = install(old, path, "%%o" %% (os.stat(path + BAK).st_mode & 0o7777), None, None)
+                back = install(old, path, old_mode, None, None)
                 os.rename(back, path)
             else:
                 os.unlink(path)
@@ -76,4 +79,4 @@ WRITE_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'
 
 def write_request(ops: list[WriteFile]) -> str:
     """The JSON the remote writer reads on stdin."""
-    return json.dumps([op.model_dump() for op in ops])
+    return json.dumps([op.model_dump(context={REVEAL: True}) for op in ops])

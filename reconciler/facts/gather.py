@@ -31,6 +31,21 @@ for path in req["files"]:
     except OSError as exc:
         item = {"exists": False, "error": str(exc)}
     out["files"][path] = item
+for path in req.get("hashes", []):  # secrets: hash, mode and owner only; the content never leaves the node
+    item = {"exists": False}
+    try:
+        st = os.stat(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(65536), b""): digest.update(block)
+        u, g = owner(st.st_uid, st.st_gid)
+        item = {"exists": True, "sha256": digest.hexdigest(), "mode": "%04o" % (st.st_mode & 0o7777),
+                "owner": u, "group": g, "size": st.st_size}
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        item = {"exists": False, "error": str(exc)}
+    out["files"][path] = item
 for path in req["stats"]:
     try:
         st = os.stat(path)
@@ -52,9 +67,10 @@ GATHER_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "
 
 @dataclass
 class FactRequest:
-    """What to gather on one node: files with content, stat-only paths, and commands."""
+    """What to gather on one node: files with content, files by hash only (secrets), stat-only paths, commands."""
 
     files: list[str] = field(default_factory=list)
+    hashes: list[str] = field(default_factory=list)
     stats: list[str] = field(default_factory=list)
     commands: dict[str, str] = field(default_factory=dict)
     max_bytes: int = 1 << 20
