@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,8 +23,13 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 
 def prepare(variant: Variant, bed: Testbed, tmp_path: Path) -> Path:
-    """The variant's desired state for this testbed (hook for what an example needs on the login node)."""
-    return build(variant, bed.desired_state, tmp_path / "desired", bed.subnet)
+    """The variant's desired state for this testbed, its munge key a new one on the login node (this host)."""
+    desired = build(variant, bed.desired_state, tmp_path / "desired", bed.subnet)
+    key = tmp_path / "munge.key"
+    key.write_bytes(os.urandom(128))
+    munge = desired / "munge.yaml"
+    munge.write_text(munge.read_text().replace("/etc/reconciler/munge.key", str(key)))
+    return desired
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

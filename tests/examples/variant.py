@@ -42,24 +42,24 @@ VARIANTS = {
         "deepops-perf",
         {"login01,dgx[01-10]": "ctl,gpu[01-02]", "dgx[01-10]": "gpu[01-02]", "nfs01:": "ctl:", "nfs01": "ctl",
          "login01": "ctl", "10.0.0.0/24": SUBNET},
-        cluster_keys=("munge",), mounts=("/home", "/shared"), nccl_check="validation-allreduce"),
+        mounts=("/home", "/shared"), nccl_check="validation-allreduce"),
     "dgx-pod-bastion": Variant(
         "dgx-pod-bastion",
         {"login01,dgx[01-08]": "ctl,gpu[01-02]", "dgx[01-07]": "gpu[01-02]", "dgx[01-08]": "gpu[01-02]",
          "10.10.0.1:": "ctl:", "mgmt01": "ctl", "login01": "ctl", "192.168.1.0/24": SUBNET,
          "10.10.0.10": "ctl"},
-        cluster_keys=("munge",), mounts=("/home",), nccl_check="nightly-allreduce"),
+        mounts=("/home",), nccl_check="nightly-allreduce"),
     "a3-mega-lustre": Variant(
         "a3-mega-lustre",
         {"a3mega-login-001,a3mega-a3meganodeset-[0-15]": "ctl,gpu[01-02]",
          "a3mega-a3meganodeset-[0-15]": "gpu[01-02]", "a3mega-controller": "ctl", "a3mega-login-001": "ctl",
          "partition: a3mega": "partition: batch", "10.1.0.5@tcp:/exacloud": f"{CTL_IP}@tcp:/lustrefs"},
-        cluster_keys=("mode", "munge", "prolog"), mounts=("/home",), nccl_check="tcpxo-allreduce"),
+        cluster_keys=("mode", "prolog"), mounts=("/home",), nccl_check="tcpxo-allreduce"),
     "cloud-supervisord": Variant(
         "cloud-supervisord",
         {"100.101.1.1:": "ctl:", "head,cloud-[01-04]": "ctl,gpu[01-02]", "cloud-[01-04]": "gpu[01-02]",
-         "100.64.0.0/10": SUBNET},
-        cluster_keys=("munge",), mounts=("/mnt/shared-slurm",)),
+         "100.64.0.0/10": SUBNET, "head": "ctl"},
+        mounts=("/mnt/shared-slurm",)),
 }
 
 
