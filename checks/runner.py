@@ -43,6 +43,10 @@ class UnknownCheckError(ValueError):
     """A check name that the desired state does not define."""
 
 
+class ChecksCancelled(Exception):
+    """SHOULD_STOP said stop: results of the interrupted check are dropped (no drain, nothing recorded)."""
+
+
 @dataclass
 class CheckRun:
     """Everything one run of the checks produced: results (in order) and the drains/resumes decided."""
@@ -93,7 +97,8 @@ def policies_of(state: DesiredState, view: SlurmView, fraction: float = MAX_DRAI
 
 def check_run(loaded: LoadedState, transport: Transport, conn: sqlite3.Connection | None = None,
               names: list[str] | None = None, nodes: set[str] | None = None, log: Log = lambda _: None, *,
-              act: bool = True, max_drain_fraction: float = MAX_DRAIN_FRACTION) -> CheckRun:
+              act: bool = True, max_drain_fraction: float = MAX_DRAIN_FRACTION,
+              should_stop: Callable[[], bool] = lambda: False) -> CheckRun:
     """Run the checks and return results and actions (see run_checks)."""
     state = loaded.state
     node_checks, nccl_checks = select_checks(state, names)
@@ -105,27 +110,38 @@ def check_run(loaded: LoadedState, transport: Transport, conn: sqlite3.Connectio
     if node_checks:
         view = fetch_view(transport, controller)
         results = run_node_checks(state, transport, node_checks, view, nodes, log)
+        _stop_if(should_stop)
         _settle(outcome, results, view, policies_of(state, view, max_drain_fraction), transport, controller, conn,
                 act, log)
     for check in nccl_checks:
+        _stop_if(should_stop)
         if check.mode == "local":
-            _run_local(outcome, check, state, transport, conn, nodes, log)
+            _run_local(outcome, check, state, transport, conn, nodes, log, should_stop)
         else:
-            _run_nccl(outcome, check, state, transport, controller, conn, nodes, act, max_drain_fraction, log)
+            _run_nccl(outcome, check, state, transport, controller, conn, nodes, act, max_drain_fraction, log,
+                      should_stop)
     return outcome
+
+
+def _stop_if(should_stop: Callable[[], bool]) -> None:
+    if should_stop():
+        raise ChecksCancelled("checks cancelled")
 
 
 def run_checks(loaded: LoadedState, transport: Transport, conn: sqlite3.Connection | None = None,
                names: list[str] | None = None, nodes: set[str] | None = None, log: Log = lambda _: None, *,
-               act: bool = True, max_drain_fraction: float = MAX_DRAIN_FRACTION) -> list[CheckResult]:
+               act: bool = True, max_drain_fraction: float = MAX_DRAIN_FRACTION,
+               should_stop: Callable[[], bool] = lambda: False) -> list[CheckResult]:
     """Run node and NCCL checks (NAMES: only these; NODES: only on these), record to CONN, drain and resume.
 
     With act=False nothing is drained, resumed or reserved (actions are still decided and logged). A check
     failing on more than MAX_DRAIN_FRACTION of its nodes (at least one node always may be) drains none.
-    Raises UnknownCheckError for a name the desired state does not define.
+    Raises UnknownCheckError for a name the desired state does not define. SHOULD_STOP is asked between
+    steps: when it says stop, the check in flight is abandoned before it records or acts (its reservation is
+    deleted, retest nodes are drained again) and ChecksCancelled is raised.
     """
     return check_run(loaded, transport, conn, names, nodes, log, act=act,
-                     max_drain_fraction=max_drain_fraction).results
+                     max_drain_fraction=max_drain_fraction, should_stop=should_stop).results
 
 
 def _settle(outcome: CheckRun, results: list[CheckResult], view: SlurmView, policies: dict[tuple[str, str], Policy],
@@ -161,7 +177,7 @@ def _blocked(outcome: CheckRun, conn: sqlite3.Connection | None, check: NcclChec
 
 def _run_nccl(outcome: CheckRun, check: NcclCheck, state: DesiredState, transport: Transport, controller: NodeSpec,
               conn: sqlite3.Connection | None, nodes: set[str] | None, act: bool, fraction: float,
-              log: Log) -> None:
+              log: Log, should_stop: Callable[[], bool] = lambda: False) -> None:
     """One NCCL check: plan against a fresh view, hold retest nodes, run, settle, release."""
     view = fetch_view(transport, controller)
     policies = policies_of(state, view, fraction)
@@ -181,7 +197,8 @@ def _run_nccl(outcome: CheckRun, check: NcclCheck, state: DesiredState, transpor
         log(f"nccl {check.name}: {len(plan.run)} to run, {len(plan.retest)} to retest, {len(plan.skipped)} skipped")
         results = plan.skipped + failed
         results += run_waves(transport, launcher_of(state), plan, reservation=reservation, history=history,
-                             batch=state.ssh.forks, log=log)
+                             batch=state.ssh.forks, log=log, should_stop=should_stop)
+        _stop_if(should_stop)
         _settle(outcome, results, view, policies, transport, controller, conn, act, log)
         settled = True
     finally:
@@ -196,7 +213,8 @@ def _run_nccl(outcome: CheckRun, check: NcclCheck, state: DesiredState, transpor
 
 
 def _run_local(outcome: CheckRun, check: NcclCheck, state: DesiredState, transport: Transport,
-               conn: sqlite3.Connection | None, nodes: set[str] | None, log: Log) -> None:
+               conn: sqlite3.Connection | None, nodes: set[str] | None, log: Log,
+               should_stop: Callable[[], bool] = lambda: False) -> None:
     """One NCCL check in local mode: no Slurm (no view, reservation or drain); results are recorded."""
     specs = node_specs(state)
     targets = nccl_targets(check, state, SlurmView(), nodes)
@@ -209,6 +227,7 @@ def _run_local(outcome: CheckRun, check: NcclCheck, state: DesiredState, transpo
     log(f"nccl {check.name}: {len(targets) - len(unknown)} to run locally (no Slurm)")
     results = unknown + run_local(transport, [specs[n] for n in targets if n in specs], check, history=history,
                                   log=log)
+    _stop_if(should_stop)
     if conn is not None:
         store.record_many(conn, results)
     outcome.results += results

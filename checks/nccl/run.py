@@ -230,6 +230,11 @@ def reservation_create_command(name: str, nodes: Sequence[str], minutes: int) ->
                        "flags=maint,ignore_jobs"])
 
 
+def cancel_command(checks: Sequence[str]) -> str:
+    """scancel line for the jobs of these NCCL checks (their srun job names), to stop a run in flight."""
+    return "; ".join(shlex.join(["scancel", f"--name={JOB_PREFIX}{name}"]) for name in checks) or "true"
+
+
 def reservation_delete_command(name: str) -> str:
     """scontrol command deleting a reservation."""
     return shlex.join(["scontrol", "delete", f"reservationname={name}"])
@@ -399,12 +404,15 @@ def _pass_message(collective: str, value: float | None, limits: Thresholds) -> s
 
 def run_waves(transport: Transport, launcher: NodeSpec, plan: NcclPlan, *, reservation: str | None = None,
               history: Callable[[str], list[float]] = lambda _: [], batch: int = 64,
-              log: Callable[[str], None] = lambda _: None) -> list[CheckResult]:
-    """Run the plan's waves on the login node, BATCH sruns per SSH command; judge every srun."""
+              log: Callable[[str], None] = lambda _: None,
+              should_stop: Callable[[], bool] = lambda: False) -> list[CheckResult]:
+    """Run the plan's waves on the login node, BATCH sruns per SSH command; judge every srun (none after a stop)."""
     check = plan.check
     results: list[CheckResult] = []
     for wave in plan.waves:
         for start in range(0, len(wave), batch):
+            if should_stop():
+                return results
             chunk = wave[start:start + batch]
             lines = [launch_command(check, g.nodes, reservation=reservation if g.reserved else None) for g in chunk]
             for line in lines:

@@ -32,6 +32,10 @@ class ConnectError(Exception):
     """A node could not be reached: the message says why (network, auth, host key, timeout)."""
 
 
+class ConnectionLost(ConnectError):
+    """The connection dropped while a command ran: whether the command took effect is unknown."""
+
+
 class _Connection(fabric.Connection):
     """A fabric Connection with a thread-safe `open` and a bastion channel honouring the connect timeout."""
 
@@ -93,19 +97,31 @@ class SSHTransport(BaseTransport):
         self._gateways: dict[tuple[str, str | None], _Connection] = {}
         self._known: dict[Path, KnownHosts] = {}
         self._node_locks: dict[str, threading.Lock] = {}
+        self._last_used: dict[str, float] = {}
+        self._known_stamp: dict[Path, tuple[float, int] | None] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------ public API
 
     def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
-            timeout: float | None = None) -> CommandResult:
-        """Run a shell command on a node as root; connection problems and timeouts come back as `error`."""
+            timeout: float | None = None, retry_lost: bool = False) -> CommandResult:
+        """Run a shell command on a node as root; connection problems and timeouts come back as `error`.
+
+        RETRY_LOST (idempotent commands only, e.g. fact gathering): a command whose connection dropped while
+        it ran is sent once more on a fresh connection. Other commands are never repeated: the loss is reported.
+        """
         start = time.monotonic()
         limit = float(timeout if timeout is not None else self.ssh.command_timeout)
         data = stdin.encode("utf-8") if stdin is not None else None
         try:
             cxn = self._connection(node)
-            outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
+            try:
+                outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
+            except ConnectionLost:
+                if not retry_lost:
+                    raise
+                cxn = self._connection(node)
+                outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
         except ConnectError as exc:
             return CommandResult(node.name, None, "", "", time.monotonic() - start, error=str(exc))
         stdout = outcome.stdout.decode("utf-8", errors="replace")
@@ -142,6 +158,45 @@ class SSHTransport(BaseTransport):
         """The node's open fabric Connection (for file transfer); raises ConnectError when unreachable."""
         return self._connection(node)
 
+    # ------------------------------------------------------------ a long-lived transport (the daemon's)
+
+    def new_cycle(self) -> None:
+        """Forget remembered connect failures (nodes and bastions) so that this cycle tries them again."""
+        with self._lock:
+            self._failures.clear()
+            broken = [key for key, gw in self._gateways.items() if gw.open_failure is not None or
+                      (gw.transport is not None and not gw.is_connected)]
+            gateways = [self._gateways.pop(key) for key in broken]
+        for gateway in gateways:
+            gateway.shared = False
+            _close_quietly(gateway)
+
+    def close_idle(self, max_idle: float) -> list[str]:
+        """Close the node connections unused for more than MAX_IDLE seconds (and bastions left unused); their names."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [name for name in self._connections if now - self._last_used.get(name, 0.0) > max_idle]
+            closing = [self._connections.pop(name) for name in idle]
+            in_use = {id(cxn.gateway) for cxn in self._connections.values()}
+            unused = [key for key, gw in self._gateways.items() if id(gw) not in in_use]
+            gateways = [self._gateways.pop(key) for key in unused]
+        for cxn in closing:
+            _close_quietly(cxn)
+        for gateway in gateways:
+            gateway.shared = False
+            _close_quietly(gateway)
+        return idle
+
+    def open_count(self) -> int:
+        """How many node connections are open (cached and still active)."""
+        with self._lock:
+            return sum(1 for cxn in self._connections.values() if cxn.is_connected)
+
+    def total_connects(self) -> int:
+        """TCP/SSH connections opened to nodes so far (every reconnect counts)."""
+        with self._lock:
+            return sum(self.connects.values())
+
     # ------------------------------------------------------------ connections
 
     def _connection(self, node: NodeSpec) -> _Connection:
@@ -150,9 +205,12 @@ class SSHTransport(BaseTransport):
             failure = self._failures.get(node.name)
             if failure is not None:
                 raise ConnectError(failure)
+            self._last_used[node.name] = time.monotonic()
             cxn = self._connections.get(node.name)
             if cxn is not None and cxn.is_connected:
                 return cxn
+            if cxn is not None:  # a dead transport (keepalive or read failed): replace it, host key re-checked
+                self._drop(node.name, cxn)
             try:
                 cxn = self._open(node)
             except ConnectError as exc:
@@ -167,11 +225,16 @@ class SSHTransport(BaseTransport):
         channel = self._channel(node, cxn)
         self.count_round_trip(node.name)
         try:
-            return run_on_channel(channel, command, stdin, limit)
+            outcome = run_on_channel(channel, command, stdin, limit)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._drop(node.name, cxn)
             reason = f"connection to {_where(cxn)} lost during the command: {_reason(exc)}"
-            raise ConnectError(reason) from exc
+            raise ConnectionLost(reason) from exc
+        transport = channel.get_transport()
+        if outcome.exit_code is None and not outcome.timed_out and not (transport and transport.is_active()):
+            self._drop(node.name, cxn)  # the channel closed because the whole connection dropped
+            raise ConnectionLost(f"connection to {_where(cxn)} lost during the command")
+        return outcome
 
     def _channel(self, node: NodeSpec, cxn: _Connection) -> paramiko.Channel:
         """A session channel; if the cached connection went stale, reconnect once (nothing was sent yet)."""
@@ -276,10 +339,12 @@ class SSHTransport(BaseTransport):
         """Where and under which name this connection's host key must be found."""
         name = known_hosts_name(cxn.host, int(cxn.port), cxn.ssh_config.get("hostkeyalias"))
         path = self._known_hosts_path(cxn.ssh_config)
+        stamp = _stamp(path)
         with self._lock:
             known = self._known.get(path)
-            if known is None:
+            if known is None or self._known_stamp.get(path) != stamp:  # edited since: a reconnect reads it again
                 known = self._known[path] = KnownHosts(path)
+                self._known_stamp[path] = stamp
         return HostKeyCheck(label, name, known, self.ssh.host_key_policy == "accept-new")
 
     def _known_hosts_path(self, looked_up: paramiko.SSHConfigDict) -> Path:
@@ -345,6 +410,15 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
     return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
 
 
+def _stamp(path: Path) -> tuple[float, int] | None:
+    """A known_hosts file's modification time and size (None when missing), to notice edits."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_mtime, info.st_size)
+
+
 def _verify_chain(cxn: fabric.Connection) -> None:
     """After the handshakes: refuse if the node or a bastion presented a key marked `@revoked`."""
     hop: Any = cxn
@@ -399,3 +473,25 @@ def _close_quietly(cxn: fabric.Connection) -> None:
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
         hop = hop.gateway
+
+
+class IdempotentCommands(BaseTransport):
+    """A view of an SSHTransport for commands safe to repeat (fact gathering): a dropped connection is retried once."""
+
+    def __init__(self, inner: SSHTransport) -> None:
+        super().__init__(inner.forks)
+        self.inner = inner
+        self.round_trips = inner.round_trips
+
+    def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
+            timeout: float | None = None) -> CommandResult:
+        """Run on the inner transport, once more on a fresh connection if the connection dropped."""
+        return self.inner.run(node, command, stdin=stdin, timeout=timeout, retry_lost=True)
+
+    def close(self) -> None:
+        """Nothing: the inner transport's owner closes it."""
+
+
+def for_idempotent(transport: Any) -> Any:
+    """The transport to use for idempotent commands: a retrying view of an SSHTransport, else itself."""
+    return IdempotentCommands(transport) if isinstance(transport, SSHTransport) else transport

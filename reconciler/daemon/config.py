@@ -117,8 +117,11 @@ class DaemonConfig(Strict):
     max_unavailable: int = Field(default=1, ge=1)
     max_fail_percent: float = Field(default=50.0, ge=0, le=100)
     drain_timeout: str | int = "1h"
+    ssh_idle_timeout: str | int = Field(default="10m", description="Persistent SSH sessions: a node connection unused "
+                                        "this long is closed (0: a fresh connection per cycle, no persistence)")
 
-    _durations = field_validator("poll_interval", "drift_interval", "drain_timeout")(lambda cls, v: _duration(v))
+    _durations = field_validator("poll_interval", "drift_interval", "drain_timeout",
+                                 "ssh_idle_timeout")(lambda cls, v: _duration(v))
 
     @model_validator(mode="after")
     def _one_source(self) -> DaemonConfig:

@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,23 +14,25 @@ from typing import Any
 
 import structlog
 
+from reconciler.backend.base import Transport
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import Store
+from reconciler.daemon.workers import Background, Gate
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
-from reconciler.facts.models import SlurmNodeFact
+from reconciler.facts.models import ClusterFacts, SlurmNodeFact
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
 
 PENDING_FOLLOWUPS = "pending_followups"
-CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
 
 
 @dataclass
@@ -68,19 +71,27 @@ class Reconciler:
         self.state = LoopState(good=store.get("good_commit"), applied=store.get("applied_commit"),
                                seen_head=store.get("seen_head"))
         self.last_state: DesiredState | None = None
+        self.check_target: LoadedState | None = None  # what the check worker checks: the last reconciled state
         self.check_attempts: dict[str, datetime] = {}
         self.last_pr_report = 0.0
         self.forge: Any = None
+        # SSH sessions: fresh per cycle unless the daemon gives persistent ones; workers: None in --once mode
+        # (checks and PR reports then run inline after the cycle, as the one-shot always did).
+        self.sessions = Sessions(0)
+        self.gate = Gate()
+        self.background: Background | None = None
+        self._connects_seen = 0
         head = store.get("head_status") or {}
         metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
 
     # ------------------------------------------------------------ what to reconcile
 
     def due(self, now: float) -> bool:
-        """True when the drift interval, a retry or a health check says a reconcile is due without a new commit."""
+        """True when the drift interval or a retry says a reconcile is due without a new commit.
+
+        Health checks and PR reports have their own schedule in the workers (reconciler/daemon/workers.py).
+        """
         if self.state.retry_at and now >= self.state.retry_at:
-            return True
-        if self._due_checks() or self._prs_due(now):
             return True
         return now - self.state.last_reconcile >= self.config.seconds("drift_interval")
 
@@ -89,17 +100,13 @@ class Reconciler:
         return bool(forge and self.source and now - self.last_pr_report >= parse_duration(forge.interval))
 
     def next_wake(self, now: float) -> float:
-        """Seconds until the next drift check, retry, or (at most CHECK_POLL later) health-check look."""
+        """Seconds until the next drift check or retry."""
         times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
-        if self.config.forge and self.source:
-            times.append(self.last_pr_report + parse_duration(self.config.forge.interval))
         if self.state.retry_at:
             times.append(self.state.retry_at)
-        if self.last_state is not None and (self.last_state.checks.node or self.last_state.checks.nccl):
-            times.append(now + CHECK_POLL)
         return max(0.0, min(times) - now)
 
-    def _due_checks(self) -> list[str]:
+    def due_checks(self, store: Store | None = None) -> list[str]:
         """Health checks of the last reconciled state whose interval or schedule has come."""
         if self.last_state is None or not (self.last_state.checks.node or self.last_state.checks.nccl):
             return []
@@ -107,7 +114,7 @@ class Reconciler:
         from reconciler.checks.results import utcnow
         from reconciler.checks.schedule import due_checks
 
-        last = check_store.last_started(self.store.conn)
+        last = check_store.last_started((store or self.store).conn)
         for name, when in self.check_attempts.items():  # a check that recorded nothing is not retried at once
             last[name] = max(last.get(name, when), when)
         return due_checks(self.last_state, last, utcnow())
@@ -245,8 +252,10 @@ class Reconciler:
         log.info("run.start", trigger=trigger, mode=self.config.mode, subject=target.subject)
         outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
         run: Reconcile | None = None
+        leases = contextlib.ExitStack()
         try:
-            run = open_reconcile(target.loaded, forks=self.config.ssh.forks)
+            transport = leases.enter_context(self.sessions.lease(target.loaded, self.config.ssh.forks, cycle=True))
+            run = open_reconcile(target.loaded, forks=self.config.ssh.forks, transport=transport)
             run.gather()
             self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
             plan = run.plan()
@@ -274,20 +283,17 @@ class Reconciler:
                     self.store.set(PENDING_FOLLOWUPS, None)
             self._after_outcome(outcome, target.commit)
             self.last_state = target.loaded.state
+            self.check_target = target.loaded
             applied_something = applied > 0 and outcome in ("applied", "partial")
-            names = None if applied_something and self.config.checks_after_apply else self._due_checks()
-            if names is None or names:
-                self._run_checks(run, target, names, "after-apply" if names is None else "schedule", log)
-            if applied == 0 and self._prs_due(time.time()):
-                self._report_prs(run, target, log)
+            self._after_cycle(run, target, applied_something, applied, log)
         except Exception as exc:  # noqa: BLE001 - one bad run must never kill the daemon
             error = f"{type(exc).__name__}: {exc}"
             log.exception("run.error", error=error)
             self._after_outcome("error", target.commit)
         finally:
-            if run is not None:
-                run.close()
+            leases.close()  # persistent sessions stay open; fresh ones (ssh_idle_timeout 0, --once) are closed
             structlog.contextvars.unbind_contextvars("run_id", "commit")
+            self._count_connects()
         duration = time.time() - started
         self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
         self.metrics.duration.labels(mode=self.config.mode).observe(duration)
@@ -316,25 +322,57 @@ class Reconciler:
         drivers = sorted({c.driver for c in plan.changes} - {"ssh"})
         self.metrics.set_drift(changes, sorted(node_specs(target.loaded.state)), drivers)
 
-    def _run_checks(self, run: Reconcile, target: Target, names: list[str] | None, why: str, log: Any) -> None:
-        """Run health checks over the run's SSH connections; record, export, drain/resume as they decide."""
-        state = target.loaded.state
-        if not (state.checks.node or state.checks.nccl) or self.stop.is_set():
+    def _after_cycle(self, run: Reconcile, target: Target, applied_something: bool, applied: int, log: Any) -> None:
+        """Hand health checks and PR reports to the workers (daemon) or run them now (--once)."""
+        if self.background is not None:
+            if applied_something and self.config.checks_after_apply:
+                self.background.checks.request(None, "after-apply")
+            if applied == 0 and self.background.prs is not None:
+                self.background.prs.publish(target.loaded, run.ctx.facts)
             return
-        from reconciler.checks.runner import run_checks
+        names = None if applied_something and self.config.checks_after_apply else self.due_checks()
+        if names is None or names:
+            self.run_checks(run.transport, target.loaded, names, "after-apply" if names is None else "schedule",
+                            self.store, self.stop.is_set)
+        if applied == 0 and self._prs_due(time.time()):
+            assert self.source is not None
+            self.report_prs(self.source.repo, target.loaded, run.ctx.facts, self.store, log)
 
+    def _count_connects(self) -> None:
+        """Export the SSH connections opened since the last look (reconciler_ssh_connects_total)."""
+        total = self.sessions.total_connects()
+        if total > self._connects_seen:
+            self.metrics.ssh_connects.inc(total - self._connects_seen)
+        self._connects_seen = total
+
+    def run_checks(self, transport: Transport, loaded: LoadedState, names: list[str] | None, why: str,
+                   store: Store, should_stop: Callable[[], bool]) -> None:
+        """Run health checks over TRANSPORT; record (in STORE), export, drain/resume as they decide."""
+        from reconciler.checks.runner import ChecksCancelled, run_checks
+
+        state = loaded.state
+        if not (state.checks.node or state.checks.nccl) or should_stop():
+            return
+        log = self.log.bind(commit=(loaded.commit or "")[:12])
         log.info("checks.start", reason=why, checks=names or "all")
         now = datetime.now(UTC)
-        for name in names or [c.name for c in state.checks.node] + [c.name for c in state.checks.nccl]:
+        attempted = names or [c.name for c in state.checks.node] + [c.name for c in state.checks.nccl]
+        for name in attempted:
             self.check_attempts[name] = now
         try:
-            results = run_checks(target.loaded, run.transport, self.store.conn, names=names,
-                                 log=lambda line: log.info("check.step", **_step_fields(line)))
+            results = run_checks(loaded, transport, store.conn, names=names,
+                                 log=lambda line: log.info("check.step", **_step_fields(line)),
+                                 should_stop=should_stop)
+        except ChecksCancelled:
+            for name in attempted:  # nothing recorded: due again as soon as nothing stops them
+                self.check_attempts.pop(name, None)
+            log.info("checks.cancelled", reason="daemon stopping" if self.stop.is_set() else "apply")
+            return
         except Exception as exc:  # noqa: BLE001 - a broken check must not stop reconciling
             log.exception("checks.error", error=f"{type(exc).__name__}: {exc}")
             return
         if any(not r.skipped for r in results):
-            self._refresh_drained(run, state)
+            self._refresh_drained(transport, state, store)
         for result in results:
             if result.skipped:
                 continue
@@ -342,29 +380,30 @@ class Reconciler:
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
 
-    def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None) -> None:
+    def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None) -> None:
         """Keep Slurm's draining/drained nodes and their reasons for the status page (not when Slurm did not answer)."""
         if error or not nodes:
             return
         drained = [{"node": n.name, "state": n.state, "reason": n.reason} for n in nodes.values() if n.drained]
-        self.store.set(DRAINED_KEY, {"at": time.time(), "nodes": sorted(drained, key=lambda d: d["node"])})
+        (store or self.store).set(DRAINED_KEY, {"at": time.time(), "nodes": sorted(drained, key=lambda d: d["node"])})
         self.metrics.set_drained({n.name: n.reason for n in nodes.values() if n.drained})
 
-    def _refresh_drained(self, run: Reconcile, state: DesiredState) -> None:
+    def _refresh_drained(self, transport: Transport, state: DesiredState, store: Store) -> None:
         """Checks may have drained or resumed nodes: ask the controller again (one command)."""
         from reconciler.checks.slurm_view import fetch_view
 
         controller = node_specs(state).get(state.cluster.controllers[0])
         if controller is not None:
-            view = fetch_view(run.transport, controller)
-            self._record_drained(view.nodes, view.error)
+            view = fetch_view(transport, controller)
+            self._record_drained(view.nodes, view.error, store)
 
-    def _report_prs(self, run: Reconcile, target: Target, log: Any) -> None:
-        """Plan every open pull request against the facts of this cycle and keep one comment per PR current."""
+    def report_prs(self, repo: Any, loaded: LoadedState, facts: ClusterFacts, store: Store, log: Any) -> None:
+        """Plan every open pull request against these facts and keep one comment per PR current."""
         from reconciler.forge.config import TokenError, make_forge
         from reconciler.prs import report_pull_requests
 
-        assert self.source is not None and self.config.forge is not None and self.config.repository is not None
+        if self.config.forge is None or self.config.repository is None:
+            return
         self.last_pr_report = time.time()
         if self.forge is None:
             try:
@@ -372,30 +411,34 @@ class Reconciler:
             except (TokenError, ValueError) as exc:
                 log.error("prs.forge_unavailable", error=str(exc))
                 return
-        results = report_pull_requests(self.source.repo, self.config.repository.subdir, self.forge, run.ctx.facts,
-                                       target.loaded, self.store.conn, self._checks_status(), log,
+        results = report_pull_requests(repo, self.config.repository.subdir, self.forge, facts,
+                                       loaded, store.conn, self._checks_status(store), log,
                                        limits=self.config.forge.plan_limits.limits())
         if results:
             log.info("prs.done", **{status: sum(r.status == status for r in results)
                                     for status in {r.status for r in results}})
 
-    def _checks_status(self) -> list[str]:
+    def _checks_status(self, store: Store) -> list[str]:
         """One line per failing health check, for PR comments."""
         try:
             from reconciler.checks import store as check_store
         except ImportError:
             return []
-        return [f"{r.check} on {r.node}: {r.message}" for r in check_store.latest(self.store.conn) if not r.ok]
+        return [f"{r.check} on {r.node}: {r.message}" for r in check_store.latest(store.conn) if not r.ok]
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
-        if plan.followups:
-            # Journal the follow-ups first: a crash after the files are written must still restart the daemons.
-            self.store.set(PENDING_FOLLOWUPS, [step.model_dump(mode="json") for step in plan.followups])
         options = ApplyOptions(max_unavailable=self.config.max_unavailable,
                                max_fail_percent=self.config.max_fail_percent,
                                drain_timeout=float(self.config.seconds("drain_timeout")),
                                should_stop=self.stop.is_set)
-        return run.apply(plan, options, log=lambda line: log.info("apply.step", **_step_fields(line)))
+        preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
+        with self.gate.applying(preempt, self.stop) as preempted:  # never at the same time as a health check
+            if preempted:
+                log.info("checks.preempted", reason="apply")
+            if plan.followups:
+                # Journal the follow-ups first: a crash after the files are written must still restart the daemons.
+                self.store.set(PENDING_FOLLOWUPS, [step.model_dump(mode="json") for step in plan.followups])
+            return run.apply(plan, options, log=lambda line: log.info("apply.step", **_step_fields(line)))
 
     def _apply_outcome(self, result: ApplyResult, plan: Plan, error: str | None) -> tuple[str, str | None]:
         problems = [f"{node}: {m}" for node, ms in sorted(result.failures.items()) for m in ms]

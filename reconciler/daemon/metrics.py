@@ -49,6 +49,8 @@ class Metrics:
                              "reconciler (its reason starts with `reconciler:`) or other", ["node", "by"], registry=r)
         self.drift_interval = Gauge("reconciler_drift_interval_seconds", "The configured drift_interval: the daemon "
                                     "reconciles at least this often", registry=r)
+        self.ssh_connects = Counter("reconciler_ssh_connects", "SSH connections opened to nodes (with persistent "
+                                    "sessions: first contact and reconnects only)", registry=r)
         self.check_gpu_seconds = Counter("reconciler_check_gpu_seconds_total", "GPU-seconds spent on health checks",
                                          ["check"], registry=r)
 

@@ -17,10 +17,13 @@ from reconciler.daemon import logs
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store
+from reconciler.daemon.workers import Background
 from reconciler.loader import DesiredStateError
 
 STOP_DEADLINE = 25.0  # SIGTERM: the run in flight gets this long to finish its node operation, then we exit
+REAP_EVERY = 30.0  # seconds between looks for idle SSH connections (at most this late past ssh_idle_timeout)
 
 
 class LockedError(RuntimeError):
@@ -121,6 +124,7 @@ class Daemon:
             return
         self.config = new
         reconciler.config = new
+        reconciler.sessions.set_idle_timeout(float(new.seconds("ssh_idle_timeout")))
         if new.repository and reconciler.source is not None:
             reconciler.source.cfg, reconciler.source.signing = new.repository, new.signing
         self.log.info("config.reloaded", mode=new.mode, poll_interval=new.poll_interval)
@@ -143,12 +147,19 @@ class Daemon:
             server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
         reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
+        reconciler.sessions = Sessions(float(self.config.seconds("ssh_idle_timeout")))
+        reconciler.background = Background(reconciler, reconciler.sessions, reconciler.gate, store.path)
+        reconciler.background.start()
         self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
                       source=self._source_text(), interrupted_runs=interrupted, metrics=self.config.metrics_listen)
         watcher = Watcher(Path(self.config.watch), self.wake) if self.config.watch else None
         try:
             self._loop(reconciler, watcher)
         finally:
+            self.stop.set()
+            if not reconciler.background.stop():
+                self.log.warning("daemon.workers_still_running", reason="did not end in time; exiting anyway")
+            reconciler.sessions.close()
             if watcher:
                 watcher.stop()
             if server is not None:
@@ -188,6 +199,8 @@ class Daemon:
                 trigger = "poll"
             if trigger is None and reconciler.due(time.time()):
                 trigger = "drift-check"
+            if reconciler.sessions.reap():
+                reconciler.log.debug("ssh.idle_closed")
             if trigger is not None:
                 if watcher is not None and trigger in ("watch", "start"):
                     watcher.consume()
@@ -201,7 +214,7 @@ class Daemon:
             self.wake.wait(self._sleep_for(reconciler, watcher, next_poll))
 
     def _sleep_for(self, reconciler: Reconciler, watcher: Watcher | None, next_poll: float) -> float:
-        waits = [reconciler.next_wake(time.time())]
+        waits = [reconciler.next_wake(time.time()), REAP_EVERY]
         if self.config.repository:
             waits.append(next_poll - time.monotonic())
         if watcher is not None:

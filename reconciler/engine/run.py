@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reconciler import hostlist
 from reconciler.backend.base import Transport
-from reconciler.backend.ssh import SSHTransport
+from reconciler.backend.ssh import SSHTransport, for_idempotent
 from reconciler.drivers import Driver, all_drivers
 from reconciler.engine.apply import ApplyOptions, ApplyResult, Log, apply_plan
 from reconciler.engine.context import Context
@@ -27,8 +27,8 @@ class Reconcile:
     drivers: list[Driver]
 
     def gather(self) -> None:
-        """Gather facts from every target node in one round trip each."""
-        self.ctx.facts = gather(self.ctx, self.transport, self.drivers)
+        """Gather facts from every target node in one round trip each (repeated once if a connection drops)."""
+        self.ctx.facts = gather(self.ctx, for_idempotent(self.transport), self.drivers)
 
     def plan(self) -> Plan:
         """Plan against the facts gathered."""
