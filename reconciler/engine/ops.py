@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, SerializationInfo, field_serializer
+
+REVEAL = {"reveal_secrets": True}  # model_dump(context=REVEAL): only the remote writer's request uses it
+
+
+def fingerprint(content: str) -> str:
+    """What plans, logs and JSON show of a secret file's content: its sha256."""
+    return "sha256:" + hashlib.sha256(content.encode()).hexdigest()
 
 
 class WriteFile(BaseModel):
@@ -12,13 +20,21 @@ class WriteFile(BaseModel):
 
     kind: Literal["write"] = "write"
     path: str
-    content: str
+    content: str = Field(repr=False)  # never in a repr (a secret's would reach a log)
     mode: str | None = None
     owner: str | None = None
     group: str | None = None
     validate_cmd: str | None = None  # run with %s replaced by the temp file; non-zero exit refuses the write
     expect_sha256: str | None = None  # refuse when the file changed since the facts were read
     after: str | None = None  # command run after install; on failure the backup is restored (e.g. exportfs -ra)
+    secret: bool = False  # the content is dumped as its fingerprint, except for the remote writer (REVEAL)
+
+    @field_serializer("content")
+    def _hide_secret(self, content: str, info: SerializationInfo) -> str:
+        context: Any = info.context
+        if self.secret and not (isinstance(context, dict) and context.get("reveal_secrets")):
+            return f"<secret {fingerprint(content)}>"
+        return content
 
 
 class RunCommand(BaseModel):

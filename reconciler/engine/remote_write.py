@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine.ops import WriteFile
+from reconciler.engine.ops import REVEAL, WriteFile
 
 BACKUP_SUFFIX = ".reconciler-bak"
 TMP_MARK = ".reconciler-tmp."
@@ -76,4 +76,4 @@ WRITE_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'
 
 def write_request(ops: list[WriteFile]) -> str:
     """The JSON the remote writer reads on stdin."""
-    return json.dumps([op.model_dump() for op in ops])
+    return json.dumps([op.model_dump(context=REVEAL) for op in ops])
