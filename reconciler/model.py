@@ -492,7 +492,7 @@ TEMPLATE_VARIABLES = {
     "roles": "the node's roles, comma-separated (compute,login)",
 }
 _SERVICE = r"[A-Za-z0-9_][A-Za-z0-9_.@:+-]*"
-_NOTIFY = re.compile(rf"(reload|restart) ({_SERVICE})( rolling)?|scontrol reconfigure")
+_NOTIFY = re.compile(rf"(?:(reload)|(restart)) ({_SERVICE})(?(2)( rolling)?)|scontrol reconfigure")
 
 
 def template_fields(text: str) -> list[str]:
@@ -547,7 +547,7 @@ def _notify(value: Any) -> str | NotifyCommand:
 
 
 _NOTIFY_SCHEMA: dict[str, Any] = {"anyOf": [
-    {"type": "string", "pattern": rf"^((reload|restart) {_SERVICE}( rolling)?|scontrol reconfigure)$",
+    {"type": "string", "pattern": rf"^(reload {_SERVICE}|restart {_SERVICE}( rolling)?|scontrol reconfigure)$",
      "description": "'reload SERVICE', 'restart SERVICE', 'restart SERVICE rolling' (a node at a time, drained "
                     "first when jobs run on a Slurm node) or 'scontrol reconfigure' (once, on the controller)"},
     {"type": "object", "properties": {"command": {"type": "string", "description": "Shell command run once on "
@@ -628,10 +628,10 @@ class ManagedFile(NodeSelection):
                 continue
             match = _NOTIFY.fullmatch(item)
             assert match is not None
-            if match.group(1) is None:
+            if match.group(3) is None:
                 out.append(("reconfigure", "scontrol reconfigure", False))
             else:
-                out.append((match.group(1), match.group(2), match.group(3) is not None))
+                out.append((match.group(1) or match.group(2), match.group(3), match.group(4) is not None))
         return out
 
 
