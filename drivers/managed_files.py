@@ -44,7 +44,7 @@ def secret_change(driver: str, node: str, item: ManagedFile, fact: FileFact | No
     """file_change for a secret: compared by sha256 and metadata, written whole, shown as fingerprints."""
     path = item.path
     write = WriteFile(path=path, content=desired, mode=item.mode, owner=item.owner, group=item.group,
-                      validate_cmd=item.validate_cmd, secret=True)
+                      validate_cmd=item.validate_cmd, secret=True, backup=False)
     if fact is None or not fact.exists:
         return Change(node=node, driver=driver, resource=path, action="create", phase=phase, ops=[write],
                       summary=f"create {path} (secret)", diff=secret_diff(path, node, None, desired))

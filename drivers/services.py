@@ -43,7 +43,7 @@ class ServicesDriver:
     def _plan_service(self, ctx: Context, node: str, item: ManagedService, fact: ServiceFact | None) -> Change:
         resource = f"service {item.name}"
         if fact is None:
-            return Change(node=node, driver=self.name, resource=resource, action="error", phase=self.phase,
+            return Change(node=node, driver=self.name, resource=resource, action="unknown", phase=self.phase,
                           summary=f"the state of {item.name} was not gathered")
         manager = ctx.specs[node].service_manager
         actions: list[Action] = []

@@ -28,6 +28,7 @@ class WriteFile(BaseModel):
     expect_sha256: str | None = None  # refuse when the file changed since the facts were read
     after: str | None = None  # command run after install; on failure the backup is restored (e.g. exportfs -ra)
     secret: bool = False  # the content is dumped as its fingerprint, except for the remote writer (REVEAL)
+    backup: bool = True  # keep the old file as PATH.reconciler-bak (off for secrets: an old key must not stay)
 
     @field_serializer("content")
     def _hide_secret(self, content: str, info: SerializationInfo) -> str:

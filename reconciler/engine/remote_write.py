@@ -48,16 +48,18 @@ def write(op):
         if rc != 0:
             os.unlink(tmp)
             return {"ok": False, "error": "validation failed: " + out}
-    if old is not None:
-        st = os.stat(path)
-        bak = install(old, path + BAK, "%%o" %% (st.st_mode & 0o7777), None, None)
+    old_mode = "%%o" %% (os.stat(path).st_mode & 0o7777) if old is not None else None
+    if old is not None and op.get("backup", True):
+        bak = install(old, path + BAK, old_mode, None, None)
         os.rename(bak, path + BAK)
+    elif not op.get("backup", True) and os.path.exists(path + BAK):
+        os.unlink(path + BAK)  # no backup wanted (a secret): no older copy stays behind either
     os.rename(tmp, path); fsync_dir(d)
     if op.get("after"):
         rc, out = run(op["after"])
         if rc != 0:
             if old is not None:
-                back = install(old, path, "%%o" %% (os.stat(path + BAK).st_mode & 0o7777), None, None)
+                back = install(old, path, old_mode, None, None)
                 os.rename(back, path)
             else:
                 os.unlink(path)

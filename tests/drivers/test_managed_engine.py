@@ -114,3 +114,33 @@ def test_source_in_a_subdirectory_is_relative_to_its_yaml_file(tmp_path: Path) -
     state = load_dir(root).state
     item: ManagedFile = state.files[1]
     assert item.path == "/etc/nccl.conf" and item.text() == "NCCL_DEBUG=INFO\n"
+
+
+def _write_locally(ops: list[WriteFile]) -> list[dict]:
+    import subprocess
+
+    from reconciler.engine.remote_write import WRITE_COMMAND
+
+    proc = subprocess.run(["sh", "-c", WRITE_COMMAND], input=write_request(ops), capture_output=True, text=True,
+                          check=True, timeout=60)
+    return json.loads(proc.stdout)
+
+
+def test_secret_write_keeps_no_backup_and_a_plain_one_does(tmp_path: Path) -> None:
+    key, conf = tmp_path / "munge.key", tmp_path / "nccl.conf"
+    key.write_text("OLD-KEY")
+    (tmp_path / "munge.key.reconciler-bak").write_text("OLDER-KEY")
+    conf.write_text("old\n")
+    results = _write_locally([WriteFile(path=str(key), content="NEW-KEY", mode="0400", secret=True, backup=False),
+                              WriteFile(path=str(conf), content="new\n", mode="0644")])
+    assert results == [{"ok": True}, {"ok": True}]
+    assert key.read_text() == "NEW-KEY" and oct(key.stat().st_mode & 0o777) == "0o400"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["munge.key", "nccl.conf", "nccl.conf.reconciler-bak"]
+
+
+def test_rejected_write_still_restores_the_old_file_without_backup(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("old\n")
+    target.chmod(0o600)
+    results = _write_locally([WriteFile(path=str(target), content="new\n", after="false", backup=False)])
+    assert not results[0]["ok"] and target.read_text() == "old\n" and oct(target.stat().st_mode & 0o777) == "0o600"
