@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from reconciler.drivers.base import Driver
 from reconciler.drivers.enroot_images import EnrootImagesDriver
+from reconciler.drivers.managed_files import ManagedFilesDriver
 from reconciler.drivers.mounts import MountsDriver
 from reconciler.drivers.munge_key import MungeKeyDriver
 from reconciler.drivers.nfs_exports import NfsExportsDriver
 from reconciler.drivers.node_state import NodeStateDriver
 from reconciler.drivers.patches import PatchesDriver
+from reconciler.drivers.services import ServicesDriver
 from reconciler.drivers.slurm_config import SlurmConfigDriver
 
 
 def all_drivers() -> list[Driver]:
     """Every driver, in apply order."""
-    return [NfsExportsDriver(), MountsDriver(), MungeKeyDriver(), SlurmConfigDriver(), PatchesDriver(),
-            EnrootImagesDriver(), NodeStateDriver()]
+    return [NfsExportsDriver(), MountsDriver(), MungeKeyDriver(), SlurmConfigDriver(), ManagedFilesDriver(),
+            ServicesDriver(), PatchesDriver(), EnrootImagesDriver(), NodeStateDriver()]
 
 
 __all__ = ["Driver", "all_drivers"]

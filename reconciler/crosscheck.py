@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from reconciler import hostlist
 from reconciler import params as slurm_params
 from reconciler import values as value_rules
+from reconciler.inventory import node_specs
 from reconciler.model import DesiredState, SlurmScalar
 
 Problem = tuple[tuple[str | int, ...], str]
@@ -109,6 +110,73 @@ def _others(state: DesiredState, known: set[str]) -> Iterator[Problem]:
                 yield ("checks", kind, index, "partition"), f"unknown partition {partition!r}"
 
 
+def _selected(nodes: str | None, wanted: list[str], roles: dict[str, set[str]]) -> list[str]:
+    named = set(hostlist.expand(nodes)) if nodes else set()
+    return [n for n in roles if n in named or roles[n] & set(wanted)]
+
+
+def _services(state: DesiredState, known: set[str], roles: dict[str, set[str]],
+              stopped: dict[tuple[str, str], int]) -> Iterator[Problem]:
+    """Unknown nodes, one entry per service and node, `enabled` only where systemd runs; fills STOPPED."""
+    seen: dict[tuple[str, str], int] = {}
+    managers = {name: spec.service_manager.type for name, spec in node_specs(state).items()}
+    for index, service in enumerate(state.services):
+        if service.nodes and (missing := _unknown(service.nodes, known)):
+            yield ("services", index, "nodes"), f"unknown nodes: {_names(missing)}"
+        nodes = _selected(service.nodes, list(service.roles), roles)
+        for name in nodes:
+            key = (name, service.name)
+            if key in seen:
+                yield ("services", index, "name"), (f"service {service.name} on node {name} is also in "
+                                                    f"services[{seen[key]}]")
+                break
+            seen[key] = index
+            if service.state == "stopped":
+                stopped[key] = index
+        if service.enabled is not None and (other := [n for n in nodes if managers.get(n) != "systemd"]):
+            yield ("services", index, "enabled"), (f"enabled is for systemd nodes; {_names(other)} use "
+                                                   f"{managers[other[0]]} (leave enabled out or null)")
+
+
+def _other_owners(state: DesiredState) -> dict[str, str]:
+    """Paths another part of the desired state writes, and which part: two writers of one file fight."""
+    conf = state.cluster.config_dir.rstrip("/")
+    owners = {f"{conf}/{name}": "cluster (the Slurm files)" for name in ("slurm.conf", "gres.conf", "cgroup.conf")}
+    owners.update({"/etc/fstab": "storage.mounts", "/etc/exports": "storage.exports"})
+    if state.munge is not None:
+        owners["/etc/munge/munge.key"] = "munge:"
+    for index, patch in enumerate(state.patches):
+        owners.setdefault(patch.path, f"patches[{index}] ({patch.name})")
+    return owners
+
+
+def _files(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> Iterator[Problem]:
+    """Unknown nodes, one file per path and node, no restart or reload of a service declared stopped."""
+    stopped: dict[tuple[str, str], int] = {}
+    yield from _services(state, known, roles, stopped)
+    taken: dict[tuple[str, str], int] = {}
+    owners = _other_owners(state)
+    for index, item in enumerate(state.files):
+        if item.nodes and (missing := _unknown(item.nodes, known)):
+            yield ("files", index, "nodes"), f"unknown nodes: {_names(missing)}"
+        if item.path in owners:
+            yield ("files", index, "path"), f"{item.path} is managed by {owners[item.path]}: not a place for files:"
+        nodes = _selected(item.nodes, list(item.roles), roles)
+        for name in nodes:
+            key = (name, item.path)
+            if key in taken:
+                yield ("files", index, "path"), (f"files[{index}] and files[{taken[key]}] both write {item.path} "
+                                                 f"on node {name}")
+                break
+            taken[key] = index
+        for number, (kind, target, _) in enumerate(item.notifications()):
+            off = [n for n in nodes if (n, target) in stopped] if kind in ("restart", "reload") else []
+            if off:
+                yield ("files", index, "notify", number), (
+                    f"{kind} {target}: the service is declared stopped on {_names(off)} "
+                    f"(services[{stopped[(off[0], target)]}])")
+
+
 # Parameters whose value is one absolute path on the node (Slurm wants them fully qualified).
 PATH_PARAMS = frozenset({
     "StateSaveLocation", "SlurmdSpoolDir", "SlurmctldPidFile", "SlurmdPidFile", "SlurmctldLogFile", "SlurmdLogFile",
@@ -178,4 +246,4 @@ def cross_check(state: DesiredState) -> list[Problem]:
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
-            *_others(state, known)]
+            *_others(state, known), *_files(state, known, roles)]

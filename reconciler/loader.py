@@ -26,7 +26,7 @@ from reconciler.model import DesiredState
 
 KeyPath = tuple[str | int, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
-MERGEABLE_LISTS = ("nodes", "images", "patches")
+MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services")
 _DUPLICATE_KEY = re.compile(r'found duplicate key "(.*)" with value')
 
 
@@ -396,6 +396,7 @@ def _secrets_outside(state: DesiredState, root: Path) -> list[tuple[KeyPath, str
 def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | None = None) -> LoadedState:
     """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
     from reconciler.crosscheck import cross_check  # late import: crosscheck needs the loaded model
+    from reconciler.managed import read_sources
 
     root = Path(root)
     if not root.is_dir():
@@ -418,6 +419,10 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
     if state is not None:
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in cross_check(state))
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in _secrets_outside(state, root))
+        yaml_file = {int(path[1]): loc.file for path, loc in locations.items()
+                     if len(path) == 2 and path[0] == "files" and isinstance(path[1], int)}
+        errors.extend(ConfigError(_nearest(locations, path), path, msg)
+                      for path, msg in read_sources(state, root, yaml_file))
     if errors:
         errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
         raise DesiredStateError(errors)

@@ -10,7 +10,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
+    PrivateAttr,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -497,6 +500,169 @@ class Patch(Strict):
         return self
 
 
+# ---------------------------------------------------------------- managed files and services
+
+# Names a templated file may use, as `{name}` (literal braces are written `{{` and `}}`); README documents them.
+TEMPLATE_VARIABLES = {
+    "node": "the node's name (gpu01)",
+    "host": "the address or ssh_config alias the reconciler reaches the node by",
+    "cluster": "cluster.name",
+    "controller": "the primary Slurm controller's node name",
+    "config_dir": "cluster.config_dir (/etc/slurm)",
+    "roles": "the node's roles, comma-separated (compute,login)",
+}
+_SERVICE = r"[A-Za-z0-9_][A-Za-z0-9_.@:+-]*"
+_NOTIFY = re.compile(rf"(?:(reload)|(restart)) ({_SERVICE})(?(2)( rolling)?)|scontrol reconfigure")
+
+
+def template_fields(text: str) -> list[str]:
+    """The `{name}` fields of a template, checked: only TEMPLATE_VARIABLES, no format spec, conversion,
+    attribute or index; raises ValueError naming the first bad one (a lone `{` or `}` included)."""
+    import string
+
+    names = []
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"template: {exc} (write a literal brace as {{{{ or }}}})") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_VARIABLES or spec or conversion:
+            known = ", ".join("{" + v + "}" for v in TEMPLATE_VARIABLES)
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"template: unknown variable {shown} (known: {known}; write a literal brace as "
+                             "{{ or }})")
+        names.append(name)
+    return names
+
+
+def _notify_text(text: str) -> str:
+    values.no_control_chars(text)
+    if not _NOTIFY.fullmatch(text):
+        raise ValueError(f"not a notify entry: {text!r} (use 'reload SERVICE', 'restart SERVICE', "
+                         "'restart SERVICE rolling', 'scontrol reconfigure' or {command: CMD})")
+    return text
+
+
+class NotifyCommand(Strict):
+    """A shell command run once on each node where the file changed, e.g. `sysctl --system`."""
+
+    command: Text = Field(min_length=1, description="Shell command, run as the SSH user (root)")
+
+
+def _notify(value: Any) -> str | NotifyCommand:
+    """One notify entry: a string form, or {command: CMD}; one error message either way."""
+    if isinstance(value, NotifyCommand):
+        return value
+    if isinstance(value, str):
+        return _notify_text(value)
+    if isinstance(value, dict):
+        command = value.get("command")
+        if set(value) != {"command"} or not isinstance(command, str) or not command.strip():
+            raise ValueError("a notify mapping is {command: CMD} with one non-empty command string")
+        values.no_control_chars(command)
+        return NotifyCommand(command=command)
+    raise ValueError(f"not a notify entry: {value!r}")
+
+
+_NOTIFY_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string", "pattern": rf"^(reload {_SERVICE}|restart {_SERVICE}( rolling)?|scontrol reconfigure)$",
+     "description": "'reload SERVICE', 'restart SERVICE', 'restart SERVICE rolling' (a node at a time, drained "
+                    "first when jobs run on a Slurm node) or 'scontrol reconfigure' (once, on the controller)"},
+    {"type": "object", "properties": {"command": {"type": "string", "description": "Shell command run once on "
+                                                  "each node where the file changed, e.g. sysctl --system"}},
+     "required": ["command"], "additionalProperties": False}]}
+Notify = Annotated[str | NotifyCommand, PlainValidator(_notify), WithJsonSchema(_NOTIFY_SCHEMA)]
+
+
+def _octal_mode(value: Any) -> str:
+    text = str(value)  # `mode: 0644` reaches us as the int 644 under YAML 1.2: read its digits as octal
+    if not _MODE.match(text):
+        raise ValueError(f"mode must be octal like '0644', got {value!r}")
+    return text.zfill(4)
+
+
+def _validate_placeholder(value: str | None) -> str | None:
+    if value is not None and "%s" not in value:
+        raise ValueError("validate needs %s where the new file's path goes, e.g. 'sh -n %s'")
+    return value
+
+
+class NodeSelection(Strict):
+    """Which nodes get something: a hostlist, roles, or both (a node matching either is selected)."""
+
+    nodes: Hostlist | None = Field(default=None, description="A Slurm hostlist expression, e.g. gpu[01-16]")
+    roles: list[Role] = Field(default_factory=list, description="Every node with one of these roles")
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
+
+    @model_validator(mode="after")
+    def _some_nodes(self) -> NodeSelection:
+        if self.nodes is None and not self.roles:
+            raise ValueError("say which nodes: nodes (a hostlist) and/or roles")
+        return self
+
+
+class ManagedFile(NodeSelection):
+    """A whole file kept on a set of nodes, with what must follow when it changes."""
+
+    path: AbsPath
+    content: MultilineText | None = Field(default=None, description="The file's text (instead of source)")
+    source: Text | None = Field(default=None, description="A file of this repository, relative to the YAML "
+                                "file's directory (instead of content)")
+    template: bool = Field(default=False, description="Replace {node}, {host}, {cluster}, {controller}, "
+                           "{config_dir}, {roles}; literal braces as {{ and }}")
+    mode: str = Field(default="0644", description="Octal, e.g. '0644'")
+    owner: NameToken = "root"
+    group: NameToken = "root"
+    validate_cmd: str | None = Field(
+        default=None, alias="validate",
+        description="Checks the new file before install; %s is its temp path, e.g. 'visudo -cf %s'")
+    notify: list[Notify] = Field(default_factory=list, description="What must follow when the file changes")
+    secret: bool = Field(default=False, description="Never show the content: plans show a sha256 fingerprint")
+    _source_text: str | None = PrivateAttr(default=None)  # set by the loader from `source`
+
+    _abs = field_validator("path")(lambda cls, v: _absolute(v))
+    _mode = field_validator("mode", mode="before")(lambda cls, v: _octal_mode(v))
+    _validate = field_validator("validate_cmd")(lambda cls, v: _validate_placeholder(v))
+
+    @model_validator(mode="after")
+    def _one_content(self) -> ManagedFile:
+        if (self.content is None) == (self.source is None):
+            raise ValueError("a file needs exactly one of content and source")
+        if self.template and self.content is not None:
+            template_fields(self.content)
+        return self
+
+    def text(self) -> str | None:
+        """The file's text before templating: inline content, or the source file the loader read."""
+        return self.content if self.content is not None else self._source_text
+
+    def notifications(self) -> list[tuple[str, str, bool]]:
+        """Each notify entry as (kind, target, rolling): kind reload/restart/command/reconfigure."""
+        out = []
+        for item in self.notify:
+            if isinstance(item, NotifyCommand):
+                out.append(("command", item.command, False))
+                continue
+            match = _NOTIFY.fullmatch(item)
+            assert match is not None
+            if match.group(3) is None:
+                out.append(("reconfigure", "scontrol reconfigure", False))
+            else:
+                out.append((match.group(1) or match.group(2), match.group(3), match.group(4) is not None))
+        return out
+
+
+class ManagedService(NodeSelection):
+    """A service's wanted state on a set of nodes (systemd or supervisord, as the node's service_manager)."""
+
+    name: NameToken = Field(description="systemd unit or supervisord program name")
+    state: Literal["running", "stopped"] = "running"
+    enabled: bool | None = Field(default=None, description="Start at boot (systemd only); null: leave alone")
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -632,6 +798,8 @@ class DesiredState(Strict):
     storage: Storage = Field(default_factory=Storage)
     images: list[Image] = Field(default_factory=list)
     patches: list[Patch] = Field(default_factory=list)
+    files: list[ManagedFile] = Field(default_factory=list, description="Whole managed files, with notify")
+    services: list[ManagedService] = Field(default_factory=list, description="Wanted service states")
     checks: Checks = Field(default_factory=Checks)
     munge: Munge | None = Field(default=None, description="Distribute /etc/munge/munge.key to every Slurm node "
                                 "(unset: the munge key is not managed)")

@@ -28,20 +28,48 @@ _SUPERVISOR_RPC = (
 SUPERVISOR_STATUS = f"python3 -c {shlex.quote(_SUPERVISOR_RPC)} 2>/dev/null || supervisorctl status || true"
 
 
-def control_command(manager: ServiceManager, action: Literal["start", "restart", "reload"], service: str) -> str:
-    """The command that starts, restarts or reloads a service under this manager.
+Action = Literal["start", "stop", "restart", "reload", "enable", "disable"]
+
+
+def control_command(manager: ServiceManager, action: Action, service: str) -> str:
+    """The command that starts, stops, restarts, reloads, enables or disables a service under this manager.
 
     supervisord has no reload: its programs get SIGHUP (what their own reload does, for sshd and munged
-    too); a custom manager without a reload command restarts.
+    too); a custom manager without a reload command restarts. Only systemd enables: asking another manager
+    raises ValueError (the schema refuses `enabled` there). `supervisorctl start` of a running program and
+    `stop` of a stopped one exit 0, as systemctl does.
     """
     quoted = shlex.quote(service)
     if manager.type == "systemd":
         return f"systemctl {action} {quoted}"
+    if action in ("enable", "disable"):
+        raise ValueError(f"{manager.type} nodes have no {action}: only systemd enables services")
     if manager.type == "supervisord":
         return f"supervisorctl signal HUP {quoted}" if action == "reload" else f"supervisorctl {action} {quoted}"
-    template = manager.start if action == "start" else manager.restart
+    template = {"start": manager.start, "stop": manager.stop}.get(action, manager.restart)
     assert template is not None
     return template.replace("{service}", quoted)
+
+
+ENABLED = "services_enabled"  # the fact command key of `enabled_command`
+
+
+def enabled_command(services: list[str]) -> str:
+    """systemd: one line `NAME STATE` per service (`enabled`, `disabled`, `static`, ...; `unknown` when
+    systemctl says nothing), for `parse_enabled`."""
+    names = " ".join(shlex.quote(s) for s in services)
+    return (f'for s in {names}; do e=$(systemctl is-enabled "$s" 2>/dev/null | head -n1); '
+            'echo "$s ${e:-unknown}"; done')
+
+
+def parse_enabled(output: str) -> dict[str, str]:
+    """Parse `enabled_command` output into service -> is-enabled word."""
+    out = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            out[fields[0]] = fields[1]
+    return out
 
 
 def status_command(manager: ServiceManager, services: list[str]) -> str:

@@ -15,7 +15,7 @@ from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
 from reconciler.inventory import slurm_node_set
 from reconciler.render.files import is_slurm_node
-from reconciler.services import parse_status, status_command
+from reconciler.services import ENABLED, parse_enabled, parse_status, status_command
 
 
 def services_for(ctx: Context, node: str) -> list[str]:
@@ -35,9 +35,9 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
     req = FactRequest()
     for driver in drivers:
         driver.request(ctx, node, req)
-    services = services_for(ctx, node)
-    if services:
-        req.commands["services"] = status_command(ctx.specs[node].service_manager, services)
+    req.services = list(dict.fromkeys([*services_for(ctx, node), *req.services]))
+    if req.services:
+        req.commands["services"] = status_command(ctx.specs[node].service_manager, req.services)
     req.files = list(dict.fromkeys(req.files))
     req.stats = list(dict.fromkeys(req.stats))
     req.hashes = list(dict.fromkeys(req.hashes))
@@ -45,8 +45,10 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
     return req
 
 
-def parse_node_facts(ctx: Context, node: str, result: CommandResult) -> tuple[NodeFacts, dict[str, dict]]:
-    """Turn the remote script's JSON into typed facts; an unreachable node is a fact too."""
+def parse_node_facts(ctx: Context, node: str, result: CommandResult,
+                     services: list[str] | None = None) -> tuple[NodeFacts, dict[str, dict]]:
+    """Turn the remote script's JSON into typed facts; an unreachable node is a fact too. SERVICES: the
+    names the request asked the state of (default: what the engine itself needs)."""
     if result.error is not None:
         return NodeFacts(node=node, reachable=False, error=result.error), {}
     if result.exit_code != 0:
@@ -69,8 +71,13 @@ def parse_node_facts(ctx: Context, node: str, result: CommandResult) -> tuple[No
     if "slurm_version" in commands:
         facts.slurm_version = parsers.parse_slurm_version(commands["slurm_version"]["stdout"])
     if "services" in commands:
-        facts.services = parse_status(ctx.specs[node].service_manager, services_for(ctx, node),
+        facts.services = parse_status(ctx.specs[node].service_manager,
+                                      services if services is not None else services_for(ctx, node),
                                       commands["services"]["stdout"])
+    if ENABLED in commands:
+        for name, word in parse_enabled(commands[ENABLED]["stdout"]).items():
+            if name in facts.services:
+                facts.services[name].enabled = word
     return facts, commands
 
 
@@ -83,7 +90,7 @@ def gather(ctx: Context, transport: Transport, drivers: Sequence[Driver]) -> Clu
                                  stdin=lambda spec: requests[spec.name].to_json())
     cluster = ClusterFacts(controller=ctx.controller)
     for name in targets:
-        facts, commands = parse_node_facts(ctx, name, results[name])
+        facts, commands = parse_node_facts(ctx, name, results[name], requests[name].services)
         cluster.nodes[name] = facts
         if name == ctx.controller:
             _slurm_view(cluster, facts, commands)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, FieldSerializationInfo, field_serializer
@@ -9,31 +10,34 @@ from pydantic import BaseModel, FieldSerializationInfo, field_serializer
 REVEAL = "reveal_secrets"  # serialisation context key: only the remote writer's request carries a secret
 
 
+def fingerprint(content: str) -> str:
+    """What plans, logs and JSON show of a secret file's content: its sha256."""
+    return "sha256:" + hashlib.sha256(content.encode()).hexdigest()
+
+
 class WriteFile(BaseModel):
     """Write a whole file atomically (temp + fsync + rename), keeping a backup of the old one."""
 
     kind: Literal["write"] = "write"
     path: str
-    content: str
+    content: str = Field(repr=False)  # never in a repr (a secret's would reach a log)
     mode: str | None = None
     owner: str | None = None
     group: str | None = None
     validate_cmd: str | None = None  # run with %s replaced by the temp file; non-zero exit refuses the write
     expect_sha256: str | None = None  # refuse when the file changed since the facts were read
     after: str | None = None  # command run after install; on failure the backup is restored (e.g. exportfs -ra)
-    encoding: Literal["utf-8", "base64"] = "utf-8"  # base64: content is binary (a munge key)
-    secret: bool = False  # content is left out of every dump, repr and plan; only the node gets it
-    backup: bool = True  # keep the old file as PATH.reconciler-bak (never for a secret: the old key must go)
+import hashlib
+from typing import Any, Literal
 
-    @field_serializer("content", "expect_sha256")
-    def _hide_secret(self, value: str | None, info: FieldSerializationInfo) -> str | None:
-        """A secret's content and hash are dumped only for the remote writer (context REVEAL); else None."""
-        return value if not self.secret or (info.context or {}).get(REVEAL) else None
+from pydantic import BaseModel, FieldSerializationInfo, field_serializer
 
-    def __repr_args__(self) -> Any:
-        """repr() never shows a secret's content (nor its hash)."""
-        hidden = ("content", "expect_sha256") if self.secret else ()
-        return [(k, "<secret>" if k in hidden else v) for k, v in super().__repr_args__()]
+REVEAL = "reveal_secrets"  # serialisation context key: only the remote writer's request carries a secret
+
+
+def fingerprint(content: str) -> str:
+    """What plans, logs and JSON show of a secret file's content: its sha256."""
+    return "sha256:" + hashlib.sha256(content.encode()).hexdigest()
 
 
 class RunCommand(BaseModel):

@@ -24,7 +24,7 @@ for path in req["files"]:
         u, g = owner(st.st_uid, st.st_gid)
         item = {"exists": True, "sha256": hashlib.sha256(data).hexdigest(), "mode": "%04o" % (st.st_mode & 0o7777),
                 "owner": u, "group": g, "size": st.st_size}
-        if len(data) <= req["max_bytes"]:
+        if len(data) <= req["max_bytes"] and path not in req.get("secret", ()):
             item["content"] = data.decode("utf-8", "replace")
     except FileNotFoundError:
         pass
@@ -73,6 +73,8 @@ class FactRequest:
     hashes: list[str] = field(default_factory=list)
     stats: list[str] = field(default_factory=list)
     commands: dict[str, str] = field(default_factory=dict)
+    services: list[str] = field(default_factory=list)  # whose state drivers need (one status command for all)
+    secret: list[str] = field(default_factory=list)  # files of `files` whose content never comes back (sha256 only)
     max_bytes: int = 1 << 20
     timeout: int = 30
 

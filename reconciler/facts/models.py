@@ -74,6 +74,7 @@ class ServiceFact(BaseModel):
     name: str
     running: bool
     detail: str = ""
+    enabled: str | None = Field(default=None, description="systemd's is-enabled word, when asked for")
 
 
 class NodeFacts(BaseModel):

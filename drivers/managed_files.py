@@ -1,0 +1,123 @@
+"""Driver for managed files (`files:`): whole files on node sets, and what must follow when one changes.
+
+A changing file carries its `notify:` entries as follow-ups (reconciler/engine/followups.py) on its Change;
+the engine merges them, so a command or restart that several files ask for runs once per node. Secret
+files are compared by sha256 only: their content is never gathered, diffed or shown.
+"""
+
+from __future__ import annotations
+
+from reconciler.drivers.base import file_change
+from reconciler.drivers.node_state import drain_steps, responding_command
+from reconciler.drivers.slurm_config import RECONFIGURE
+from reconciler.engine.context import Context
+from reconciler.engine.followups import (
+    ORDER_COMPUTE,
+    ORDER_CONTROLLER,
+    ORDER_MUNGE,
+    ORDER_SERVICE,
+    FollowUp,
+    command,
+    service,
+)
+from reconciler.engine.ops import WriteFile, fingerprint
+from reconciler.engine.plan import Change
+from reconciler.facts.gather import FactRequest
+from reconciler.facts.models import FileFact, NodeFacts
+from reconciler.inventory import slurm_node_set
+from reconciler.managed import render, selects
+from reconciler.model import ManagedFile
+
+# Within a phase's follow-ups: munge before slurmctld before slurmd (engine/followups.py); others between.
+SERVICE_ORDER = {"munge": ORDER_MUNGE, "slurmctld": ORDER_CONTROLLER, "slurmd": ORDER_COMPUTE}
+
+
+def secret_diff(path: str, node: str, before: str | None, after: str) -> str:
+    """The diff a plan shows of a secret file: fingerprint lines only."""
+    old = f"-<secret sha256:{before}>\n" if before else ""
+    return (f"--- {node}:{path} (current)\n+++ {node}:{path} (desired)\n@@ secret: content not shown @@\n"
+            f"{old}+<secret {fingerprint(after)}>\n")
+
+
+def secret_change(driver: str, node: str, item: ManagedFile, fact: FileFact | None, desired: str,
+                  phase: int) -> Change:
+    """file_change for a secret: compared by sha256 and metadata, written whole, shown as fingerprints."""
+    path = item.path
+    write = WriteFile(path=path, content=desired, mode=item.mode, owner=item.owner, group=item.group,
+                      validate_cmd=item.validate_cmd, secret=True, backup=False)
+    if fact is None or not fact.exists:
+        return Change(node=node, driver=driver, resource=path, action="create", phase=phase, ops=[write],
+                      summary=f"create {path} (secret)", diff=secret_diff(path, node, None, desired))
+    same = fact.sha256 == fingerprint(desired).removeprefix("sha256:")
+    meta = [f"{k} {getattr(fact, k)} -> {v}" for k, v in (("mode", item.mode), ("owner", item.owner),
+                                                          ("group", item.group)) if getattr(fact, k) != v]
+    if same and not meta:
+        return Change(node=node, driver=driver, resource=path, action="ok", phase=phase)
+    write.expect_sha256 = fact.sha256
+    summary = f"update {path} (secret" + (", content" if not same else "") + (f"; {', '.join(meta)}" if meta
+                                                                              else "") + ")"
+    return Change(node=node, driver=driver, resource=path, action="update", phase=phase, ops=[write],
+                  summary=summary, diff=None if same else secret_diff(path, node, fact.sha256, desired))
+
+
+class ManagedFilesDriver:
+    """Keeps whole files (inline, from the repository, or templated per node) and notifies what follows."""
+
+    name = "managed_files"
+    phase = 30  # with slurm_config: a slurmd restart either asks for runs once, after both wrote their files
+
+    def _files(self, ctx: Context, node: str) -> list[ManagedFile]:
+        return [item for item in ctx.state.files if selects(ctx.state, item, node)]
+
+    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
+        """Each file (secret ones by sha256 only) and the state of every service a file may restart."""
+        for item in self._files(ctx, node):
+            req.files.append(item.path)
+            if item.secret:
+                req.secret.append(item.path)
+            req.services += [target for kind, target, _ in item.notifications() if kind in ("reload", "restart")]
+
+    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        """A change per file whose content, mode, owner or group differs, carrying its notify follow-ups."""
+        changes = []
+        for item in self._files(ctx, node):
+            desired = render(ctx.state, item, node)
+            if desired is None:
+                changes.append(Change(node=node, driver=self.name, resource=item.path, action="error",
+                                      phase=self.phase, summary=f"{item.path}: source {item.source} was not read"))
+                continue
+            fact = facts.files.get(item.path)
+            if item.secret:
+                change = secret_change(self.name, node, item, fact, desired, self.phase)
+            else:
+                change = file_change(self.name, node, item.path, fact, desired, phase=self.phase, mode=item.mode,
+                                     owner=item.owner, group=item.group, validate_cmd=item.validate_cmd)
+            if change.changing:
+                change.followups = self.notified(ctx, node, item, facts)
+            changes.append(change)
+        return changes
+
+    def notified(self, ctx: Context, node: str, item: ManagedFile, facts: NodeFacts) -> list[FollowUp]:
+        """The follow-ups a change of ITEM on NODE asks for."""
+        reason = f"{item.path} changed on {node}"
+        ctl = ctx.controller
+        steps = []
+        for kind, target, rolling in item.notifications():
+            if kind == "command":
+                steps.append(command(node, target, self.phase, reason))
+            elif kind == "reconfigure":
+                steps.append(command(ctl, RECONFIGURE, self.phase, reason, order=ORDER_CONTROLLER))
+            elif kind == "reload":
+                steps.append(service(node, "reload", target, self.phase, reason,
+                                     order=SERVICE_ORDER.get(target, ORDER_SERVICE)))
+            else:
+                unit = facts.services.get(target)
+                slurm_node = node in slurm_node_set(ctx.state)
+                drain = drain_steps(ctl, node) if rolling and slurm_node else None
+                ready = responding_command(node) if target == "slurmd" and slurm_node else None
+                steps.append(service(
+                    node, "start" if unit is not None and not unit.running else "restart", target, self.phase,
+                    reason, order=SERVICE_ORDER.get(target, ORDER_SERVICE), rolling=rolling, drain=drain,
+                    ready=ready, ready_on=ctl if ready else None,
+                    jobs=[job.job_id for job in ctx.facts.jobs_on(node)] if drain else ()))
+        return steps
