@@ -106,7 +106,7 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
 
 def _finished(channel: paramiko.Channel) -> bool:
     """True when the command exited and all its output is in (EOF seen, or the channel closed)."""
-    done = channel.closed or (channel.exit_status_ready() and channel.eof_received)
+    done = bool(channel.closed or (channel.exit_status_ready() and channel.eof_received))
     return done and not channel.recv_ready() and not channel.recv_stderr_ready()
 
 
@@ -116,7 +116,7 @@ def _feed(channel: paramiko.Channel, pending: memoryview) -> memoryview:
         return pending
     try:
         while pending and channel.send_ready():
-            sent = channel.send(pending[:_CHUNK])
+            sent = channel.send(bytes(pending[:_CHUNK]))
             pending = pending[sent:]
     except (TimeoutError, OSError, paramiko.SSHException):
         return memoryview(b"")  # the command closed its stdin or exited: drop the rest

@@ -405,7 +405,7 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
         detail = "" if str(exc) == "No existing session" else f" ({_reason(exc)})"
         return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s{detail}"
     if isinstance(exc, NoValidConnectionsError):
-        reasons = sorted({err.strerror or str(err) for err in exc.errors.values()})
+        reasons = sorted({getattr(err, "strerror", None) or str(err) for err in exc.errors.values()})
         return f"cannot connect to {_where(cxn)}: {'; '.join(reasons)}"
     return f"cannot connect to {_where(cxn)}: {_reason(exc)}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, FieldSerializationInfo, field_serializer
+from pydantic import BaseModel, Field, FieldSerializationInfo, field_serializer
 
 REVEAL = "reveal_secrets"  # serialisation context key: only the remote writer's request carries a secret
 
@@ -27,17 +27,22 @@ class WriteFile(BaseModel):
     validate_cmd: str | None = None  # run with %s replaced by the temp file; non-zero exit refuses the write
     expect_sha256: str | None = None  # refuse when the file changed since the facts were read
     after: str | None = None  # command run after install; on failure the backup is restored (e.g. exportfs -ra)
-import hashlib
-from typing import Any, Literal
+    encoding: Literal["utf-8", "base64"] = "utf-8"  # base64: content is binary (a munge key)
+    secret: bool = False  # content is dumped as its fingerprint, except for the remote writer (context REVEAL)
+    backup: bool = True  # keep the old file as PATH.reconciler-bak (never for a secret: the old key must go)
 
-from pydantic import BaseModel, FieldSerializationInfo, field_serializer
+    @field_serializer("content", "expect_sha256")
+    def _hide_secret(self, value: str | None, info: FieldSerializationInfo) -> str | None:
+        """A secret's content (as `<secret sha256:...>`) and hash (as None) are dumped whole only for the
+        remote writer (context REVEAL)."""
+        if not self.secret or (info.context or {}).get(REVEAL):
+            return value
+        return None if value is None or info.field_name == "expect_sha256" else f"<secret {fingerprint(value)}>"
 
-REVEAL = "reveal_secrets"  # serialisation context key: only the remote writer's request carries a secret
-
-
-def fingerprint(content: str) -> str:
-    """What plans, logs and JSON show of a secret file's content: its sha256."""
-    return "sha256:" + hashlib.sha256(content.encode()).hexdigest()
+    def __repr_args__(self) -> Any:
+        """repr() never shows a secret's content (nor its hash)."""
+        hidden = ("content", "expect_sha256") if self.secret else ()
+        return [(k, "<secret>" if k in hidden else v) for k, v in super().__repr_args__()]
 
 
 class RunCommand(BaseModel):
