@@ -21,8 +21,23 @@ from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "desired-state" / "examples"
+# No Pyxis on the testbed: its SPANK line is made optional there (slurmd refuses to start on a missing
+# `required` plugin, as it would on a real node without Pyxis installed).
+PYXIS = {"required /usr/local/lib/slurm/spank_pyxis.so": "optional /usr/local/lib/slurm/spank_pyxis.so"}
 SUBNET = "{subnet}"  # replaced by the testbed's /24
 CTL_IP = "{ctl_ip}"  # replaced by ctl's address (the Lustre stand-in's MGS)
+
+
+# On A3-Mega nodes the rxdm prolog installs the TCPXO plugin and its profile; the testbed has neither, so the
+# variant manages a STAND-IN profile (the NCCL check sources it first, as on the real cluster).
+TCPXO_PROFILE_STANDIN = """\
+files:
+  - path: /var/lib/tcpxo/lib64/nccl-env-profile.sh
+    roles: [compute]
+    content: |
+      # STAND-IN (testbed only) for the TCPXO plugin's nccl-env-profile.sh
+      export NCCL_FASTRAK_ENABLE_CONTROL_CHANNEL=0
+"""
 
 
 @dataclass(frozen=True)
@@ -41,25 +56,27 @@ VARIANTS = {
     "deepops-perf": Variant(
         "deepops-perf",
         {"login01,dgx[01-10]": "ctl,gpu[01-02]", "dgx[01-10]": "gpu[01-02]", "nfs01:": "ctl:", "nfs01": "ctl",
-         "login01": "ctl", "10.0.0.0/24": SUBNET},
+         "login01": "ctl", "10.0.0.0/24": SUBNET, **PYXIS},
         mounts=("/home", "/shared"), nccl_check="validation-allreduce"),
     "dgx-pod-bastion": Variant(
         "dgx-pod-bastion",
         {"login01,dgx[01-08]": "ctl,gpu[01-02]", "dgx[01-07]": "gpu[01-02]", "dgx[01-08]": "gpu[01-02]",
          "10.10.0.1:": "ctl:", "mgmt01": "ctl", "login01": "ctl", "192.168.1.0/24": SUBNET,
-         "10.10.0.10": "ctl"},
+         "10.10.0.10": "ctl", **PYXIS},
         mounts=("/home",), nccl_check="nightly-allreduce"),
     "a3-mega-lustre": Variant(
         "a3-mega-lustre",
         {"a3mega-login-001,a3mega-a3meganodeset-[0-15]": "ctl,gpu[01-02]",
          "a3mega-a3meganodeset-[0-15]": "gpu[01-02]", "a3mega-controller": "ctl", "a3mega-login-001": "ctl",
          "partition: a3mega": "partition: batch", "10.1.0.5@tcp:/exacloud": f"{CTL_IP}@tcp:/lustrefs"},
-        cluster_keys=("mode", "prolog"), mounts=("/home",), nccl_check="tcpxo-allreduce"),
+        cluster_keys=("mode", "prolog"), mounts=("/home",), nccl_check="tcpxo-allreduce",
+        extra={"testbed-standins.yaml": TCPXO_PROFILE_STANDIN}),
     "cloud-supervisord": Variant(
         "cloud-supervisord",
         {"100.101.1.1:": "ctl:", "head,cloud-[01-04]": "ctl,gpu[01-02]", "cloud-[01-04]": "gpu[01-02]",
-         "100.64.0.0/10": SUBNET, "head": "ctl"},
-        mounts=("/mnt/shared-slurm",)),
+         "100.64.0.0/10": SUBNET, "head": "ctl", "partition: all": "partition: batch",
+         '{name: slurmd, nodes: "head,cloud-[01-04]"}': '{name: slurmd, nodes: "gpu[01-02]"}'},
+        mounts=("/mnt/shared-slurm",), nccl_check="vpn-pairs"),
 }
 
 
