@@ -120,9 +120,10 @@ class MungeKeyDriver:
         return self._key[2]
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
-        """The key file's hash, mode and owner (never its content)."""
+        """The key file's hash, mode and owner (never its content), and whether munged runs."""
         if self.managed(ctx, node):
             req.hashes.append(KEY_PATH)
+            req.services.append("munge")
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """One change when the node's key differs from the login node's by sha256, or its mode/owner do."""

@@ -9,8 +9,8 @@ from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.facts.gather import FactRequest
-from reconciler.facts.models import NodeFacts, SlurmNodeFact
-from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND
+from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
+from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
 from reconciler.inventory import slurm_nodes
 
 REASON_PREFIX = "reconciler:"
@@ -71,6 +71,21 @@ class NodeStateDriver:
         if node == ctx.controller:
             req.commands["scontrol_nodes"] = SCONTROL_NODES_COMMAND
             req.commands["squeue"] = SQUEUE_COMMAND
+
+    def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
+               commands: dict[str, dict]) -> None:
+        """From the controller's answers: Slurm's view of every node and the running jobs (or why not)."""
+        if node != ctx.controller:
+            return
+        if not facts.reachable:
+            cluster.slurm_view_error = f"controller unreachable: {facts.error}"
+            return
+        nodes = commands.get("scontrol_nodes", {})
+        if nodes.get("rc") != 0:
+            cluster.slurm_view_error = f"scontrol failed: {nodes.get('stderr', '').strip()[:200]}"
+            return
+        cluster.slurm_nodes = parse_scontrol_nodes(nodes.get("stdout", ""))
+        cluster.jobs = parse_squeue(commands.get("squeue", {}).get("stdout", ""))
 
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """No steps of its own; says when Slurm's view of the nodes could not be read (an error, unless the

@@ -23,9 +23,9 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import BACKUP_SUFFIX
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
-from reconciler.inventory import slurm_nodes
+from reconciler.inventory import slurm_node_set, slurm_nodes
 from reconciler.render import configless, managed_files_for
-from reconciler.render.files import file_path
+from reconciler.render.files import file_path, is_slurm_node
 from reconciler.slurmconf import same_meaning, same_pairs
 
 RECONFIGURE = "scontrol reconfigure"
@@ -49,6 +49,7 @@ class SlurmConfigDriver:
         """Ask for the content of the node's Slurm files and its Slurm version; on a configless node, for the
         Slurm files it must not hold and the file that starts its slurmd with --conf-server."""
         req.files += [file_path(ctx.state, f) for f in self.files_for(ctx, node)]
+        req.services += slurm_services(ctx, node)
         if configless.is_client(ctx.state, node):
             req.files += [file_path(ctx.state, f) for f in SLURM_FILES]
             path = _slurmd_start_file(ctx, node)
@@ -201,6 +202,19 @@ def _slurmd_start_content(ctx: Context, node: str) -> str:
     if ctx.specs[node].service_manager.type == "systemd":
         return configless.systemd_dropin(cluster, ctx.source)
     return configless.supervisord_program(cluster, ctx.source)
+
+
+def slurm_services(ctx: Context, node: str) -> list[str]:
+    """The Slurm daemons (and munge) whose state the Slurm follow-ups need on a node."""
+    names = []
+    controllers = ctx.state.cluster.controller_names
+    if node in controllers:
+        names += ["munge", "slurmctld"]
+    elif is_slurm_node(ctx.state, node):
+        names.append("munge")
+    if node in slurm_node_set(ctx.state):
+        names.append("slurmd")
+    return names
 
 
 def _current(ctx: Context, node: str, name: str) -> str | None:

@@ -13,21 +13,7 @@ from reconciler.engine.context import Context
 from reconciler.facts import parsers
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
-from reconciler.inventory import slurm_node_set
-from reconciler.render.files import is_slurm_node
 from reconciler.services import ENABLED, parse_enabled, parse_status, status_command
-
-
-def services_for(ctx: Context, node: str) -> list[str]:
-    """The services whose state the engine needs on a node."""
-    names = []
-    if node in ctx.state.cluster.controller_names:
-        names += ["munge", "slurmctld"]
-    if is_slurm_node(ctx.state, node) and node not in ctx.state.cluster.controller_names:
-        names += ["munge"]
-    if node in slurm_node_set(ctx.state):
-        names.append("slurmd")
-    return list(dict.fromkeys(names))
 
 
 def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactRequest:
@@ -35,7 +21,7 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
     req = FactRequest()
     for driver in drivers:
         driver.request(ctx, node, req)
-    req.services = list(dict.fromkeys([*services_for(ctx, node), *req.services]))
+    req.services = list(dict.fromkeys(req.services))
     if req.services:
         req.commands["services"] = status_command(ctx.specs[node].service_manager, req.services)
     req.files = list(dict.fromkeys(req.files))
@@ -48,7 +34,7 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
 def parse_node_facts(ctx: Context, node: str, result: CommandResult,
                      services: list[str] | None = None) -> tuple[NodeFacts, dict[str, dict]]:
     """Turn the remote script's JSON into typed facts; an unreachable node is a fact too. SERVICES: the
-    names the request asked the state of (default: what the engine itself needs)."""
+    names the request asked the state of."""
     if result.error is not None:
         return NodeFacts(node=node, reachable=False, error=result.error), {}
     if result.exit_code != 0:
@@ -72,7 +58,7 @@ def parse_node_facts(ctx: Context, node: str, result: CommandResult,
         facts.slurm_version = parsers.parse_slurm_version(commands["slurm_version"]["stdout"])
     if "services" in commands:
         facts.services = parse_status(ctx.specs[node].service_manager,
-                                      services if services is not None else services_for(ctx, node),
+                                      services or [],
                                       commands["services"]["stdout"])
     if ENABLED in commands:
         for name, word in parse_enabled(commands[ENABLED]["stdout"]).items():
@@ -92,18 +78,8 @@ def gather(ctx: Context, transport: Transport, drivers: Sequence[Driver]) -> Clu
     for name in targets:
         facts, commands = parse_node_facts(ctx, name, results[name], requests[name].services)
         cluster.nodes[name] = facts
-        if name == ctx.controller:
-            _slurm_view(cluster, facts, commands)
+        for driver in drivers:  # cluster-wide facts a driver reads from one node's answers (e.g. the scheduler's view)
+            absorb = getattr(driver, "absorb", None)
+            if absorb is not None:
+                absorb(ctx, cluster, name, facts, commands)
     return cluster
-
-
-def _slurm_view(cluster: ClusterFacts, facts: NodeFacts, commands: dict[str, dict]) -> None:
-    if not facts.reachable:
-        cluster.slurm_view_error = f"controller unreachable: {facts.error}"
-        return
-    nodes = commands.get("scontrol_nodes", {})
-    if nodes.get("rc") != 0:
-        cluster.slurm_view_error = f"scontrol failed: {nodes.get('stderr', '').strip()[:200]}"
-        return
-    cluster.slurm_nodes = parsers.parse_scontrol_nodes(nodes.get("stdout", ""))
-    cluster.jobs = parsers.parse_squeue(commands.get("squeue", {}).get("stdout", ""))
