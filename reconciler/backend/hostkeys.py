@@ -129,6 +129,14 @@ class HostKeyCheck:
                 f"{fingerprint(offered)}: refusing (possible man-in-the-middle; if the node was reinstalled, "
                 f"remove the old key: ssh-keygen -R '{self.name}' -f {self.known.path})")
 
+    def no_common_type_message(self) -> str:
+        """The refusal message for a host that offers none of the key types recorded for it."""
+        known = self.known.lookup(self.name)
+        recorded = ", ".join(f"{kind} {fingerprint(key)}" for kind, key in known.items())
+        return (f"HOST KEY CHANGED for {self.label}: {self.known.path} has {recorded} for {self.name}, the server "
+                f"offers no key of those types: refusing (possible man-in-the-middle; if the node was reinstalled, "
+                f"remove the old key: ssh-keygen -R '{self.name}' -f {self.known.path})")
+
 
 class _Policy(paramiko.MissingHostKeyPolicy):
     """Called by paramiko only for a host with no known key: record it (accept-new) or refuse."""
@@ -142,6 +150,24 @@ class _Policy(paramiko.MissingHostKeyPolicy):
         if not self.check.accept_new:
             raise HostKeyRefused(self.check.unknown_message())
         self.check.known.record(self.check.name, key)
+
+
+# The host key algorithms that sign with a key of each known_hosts type.
+_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
+
+
+def unverifiable_algorithms(known_types: set[str]) -> list[str]:
+    """Host key algorithms to leave out of the negotiation: those no known key of this host can verify.
+
+    A server with RSA and ed25519 keys, known by its RSA key only, must be asked for an RSA signature
+    (paramiko alone puts the known type, `ssh-rsa` (SHA-1), first, which OpenSSH 8.8+ no longer offers, and
+    would then settle on ed25519 and refuse the host). Nothing is left out for an unknown host.
+    """
+    if not known_types:
+        return []
+    allowed = {algo for kind in known_types for algo in _ALGORITHMS.get(kind, (kind,))}
+    allowed |= {f"{a}-cert-v01@openssh.com" for a in allowed}
+    return [algo for algo in paramiko.Transport._preferred_keys if algo not in allowed]
 
 
 def enforce(client: paramiko.SSHClient, check: HostKeyCheck, host: str, port: int) -> None:

@@ -20,6 +20,7 @@ from reconciler.backend.hostkeys import (
     enforce,
     known_hosts_name,
     refusal,
+    unverifiable_algorithms,
 )
 from reconciler.backend.session import Outcome, SessionOpenError, open_channel, run_on_channel, wrap_command
 from reconciler.inventory import NodeSpec
@@ -332,6 +333,9 @@ class SSHTransport(BaseTransport):
                 check = self._host_key_check(hop, label)
                 object.__setattr__(hop, "host_key_check", check)  # hops fabric built are plain Connections
                 enforce(hop.client, check, hop.host, int(hop.port))
+                disabled = unverifiable_algorithms(set(check.known.lookup(check.name)))
+                if disabled:
+                    hop.connect_kwargs["disabled_algorithms"] = {"keys": disabled}
             hop = hop.gateway
             label = f"bastion {getattr(hop, 'host', '')}:{getattr(hop, 'port', '')}"
 
@@ -397,6 +401,10 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
     if isinstance(exc, paramiko.BadHostKeyException):
         check = _check_for(cxn, exc.hostname)
         return str(refusal(exc, check)) if check else f"HOST KEY CHANGED for {exc.hostname}: refusing"
+    if isinstance(exc, paramiko.SSHException) and "no acceptable host key" in str(exc):
+        check = _check_for(cxn, cxn.host)  # only key types known for the host were offered (see _arm_chain)
+        if check and check.known.lookup(check.name):
+            return check.no_common_type_message()
     if isinstance(exc, paramiko.AuthenticationException):
         return f"authentication failed for {cxn.user}@{_where(cxn)}: {_reason(exc)}"
     if isinstance(exc, TimeoutError):
