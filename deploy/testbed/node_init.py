@@ -153,6 +153,9 @@ def setup_root(spec: dict) -> None:
     if spec.get("mount_root"):  # light nodes: the overlay lives in this mount namespace only, never the host's
         opts = f"lowerdir=/,upperdir={node_dir}/upper,workdir={node_dir}/work"
         mount(f"{spec['node']}:/", root, "overlay", 0, opts)
+    for source, target in spec.get("binds", {}).items():  # read-only host files at paths the upper layer made
+        mount(source, f"{root}{target}", None, MS_BIND)
+        mount(None, f"{root}{target}", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     socket.sethostname(spec["node"])
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)

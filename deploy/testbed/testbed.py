@@ -47,7 +47,8 @@ PATH = node_init.PATH
 NODE_PYTHON = "/usr/bin/python3"
 NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
-                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server"]
+                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
+                   "python3-clustershell"]  # ClusterShell for the nodes' python3: testbed nodes as gateways
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -427,7 +428,11 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
             put(upper, f"root/{dotfile}", Path(f"/etc/skel/{dotfile}").read_bytes())
     opaque_dir(upper, "root/.ssh", 0o700)
     put(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
-    if os.path.lexists(str(BASE)):
+    if layout.light:  # the client files at their host paths (bound by node_init): nodes can be SSH gateways
+        opaque_dir(upper, str(BASE).lstrip("/"), 0o700)
+        for path in client_file_binds(layout).values():
+            put(upper, path.lstrip("/"), "", 0o600)
+    elif os.path.lexists(str(BASE)):
         whiteout(upper, str(BASE).lstrip("/"))
     host_key_line = f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
     if layout.light:  # sshd as the only daemon, started by node_init's light PID 1: no munge, Slurm, stand-ins
@@ -460,9 +465,28 @@ def install_standins(upper: Path) -> None:
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
 
 
+def client_file_binds(layout: Layout) -> dict[str, str]:
+    """Light nodes: host file -> path in the node (the host's path) of ssh_config, known_hosts and key.
+
+    Inside a node the ssh_config is the node variant (no ProxyCommand: nodes reach each other on the
+    bridge), so the inventory's ssh options work unchanged on a node that relays to others, e.g. a
+    ClusterShell gateway.
+    """
+    return {str(layout.state / "node-ssh_config"): str(layout.ssh_config),
+            str(layout.known_hosts): str(layout.known_hosts), str(layout.identity): str(layout.identity)}
+
+
 def write_client_files(layout: Layout, host_keys: list[str]) -> None:
-    """known_hosts and ssh_config for reaching the nodes from the host."""
+    """known_hosts and ssh_config for reaching the nodes from the host (and, light, from the nodes)."""
     layout.known_hosts.write_text("".join(host_keys))
+    layout.ssh_config.write_text(ssh_config(layout, proxy=True))
+    if layout.light:
+        (layout.state / "node-ssh_config").write_text(ssh_config(layout, proxy=False))
+
+
+def ssh_config(layout: Layout, proxy: bool) -> str:
+    """ssh_config with one Host entry per node; PROXY: through the admin namespace (the host's variant)."""
+    proxy_line = f"    ProxyCommand nsenter --net=/run/netns/{layout.admin_ns} nc %h %p\n" if proxy else ""
     entries = [f"# ssh_config of testbed {layout.name} (written by deploy/testbed)\n"]
     for node in layout.nodes:
         entries.append(f"""Host {node}
@@ -473,10 +497,9 @@ def write_client_files(layout: Layout, host_keys: list[str]) -> None:
     UserKnownHostsFile {layout.known_hosts}
     GlobalKnownHostsFile /dev/null
     StrictHostKeyChecking yes
-    ProxyCommand nsenter --net=/run/netns/{layout.admin_ns} nc %h %p
-    LogLevel ERROR
+{proxy_line}    LogLevel ERROR
 """)
-    layout.ssh_config.write_text("\n".join(entries))
+    return "\n".join(entries)
 
 
 # --------------------------------------------------------------------------------------------- network
@@ -621,6 +644,7 @@ def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
     spec = {"name": layout.name, "node": node, "state": str(layout.state), "ip": layout.ip(node),
             "prefixlen": layout.prefixlen, "gpus": 0 if node == "ctl" else GPUS_PER_NODE,
             "peers": [] if layout.light else layout.nodes, "light": layout.light, "mount_root": layout.light,
+            "binds": client_file_binds(layout) if layout.light else {},
             "marker": layout.marker(node), "console": str(layout.node_dir(node) / "console.log"),
             "munge_uid": _ids("munge")[0], "munge_gid": _ids("munge")[1]}
     cmd = ["nsenter", f"--net=/run/netns/{layout.ns(node)}", NODE_PYTHON, "-I", "-S",
