@@ -369,6 +369,16 @@ class Node(Strict):
     _check_name = field_validator("name")(lambda cls, v: _hostlist_expr(v))
 
 
+class SSHGateway(Strict):
+    """A ClusterShell gateway: the node that relays commands to the nodes behind it (tree mode)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="The gateway node (an ssh_config alias or address), reached directly")
+    nodes: Hostlist = Field(description="The nodes reached through this gateway, e.g. gpu[001-128]")
+
+    _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
+
+
 class SSHDefaults(Strict):
     """SSH settings shared by every node (a node's own keys win)."""
 
@@ -383,6 +393,22 @@ class SSHDefaults(Strict):
     command_timeout: int = Field(default=120, ge=1)
     forks: int = Field(default=64, ge=1)
     service_manager: ServiceManager = Field(default_factory=ServiceManager)
+    gateways: list[SSHGateway] = Field(
+        default_factory=list,
+        description="ClusterShell tree mode: nodes behind a gateway are reached through it (OpenSSH from the "
+        "gateway, same ssh_config, known_hosts and identity paths there), every other node directly")
+
+    @model_validator(mode="after")
+    def _one_gateway_per_node(self) -> SSHDefaults:
+        seen: dict[str, str] = {}
+        for gateway in self.gateways:
+            for node in hostlist.expand(gateway.nodes):
+                if node in seen:
+                    raise ValueError(f"node {node} is behind two gateways ({seen[node]}, {gateway.name})")
+                if node == gateway.name:
+                    raise ValueError(f"gateway {gateway.name} cannot be behind itself")
+                seen[node] = gateway.name
+        return self
 
 
 # ---------------------------------------------------------------- storage, images, patches

@@ -5,8 +5,9 @@ own tests when nobody else did). Fixtures:
 
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
-- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False)`` brings up more testbeds, all torn down at the
-  end of the session.
+- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False)`` brings up more
+  testbeds, all torn down at the end of the session (``light``: sshd-only nodes, no Slurm; beyond 200 compute
+  nodes the testbed takes a /20 and three- or four-digit names, see deploy/testbed/README.md).
 
 Every testbed is torn down at the end of the session whatever the tests did (also at interpreter exit and on
 SIGTERM); testbeds left behind by a killed pytest are removed by the next run. Without root or the Debian
@@ -63,6 +64,7 @@ class Testbed:
     state_dir: Path
     up_output: str = ""
     configless: bool = False
+    light: bool = False
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -91,8 +93,10 @@ class Testbed:
         return self.state_dir / "id_ed25519"
 
     def ip(self, node: str) -> str:
-        """A node's address."""
-        return f"{self.subnet}.1" if node == "ctl" else f"{self.subnet}.{10 + int(node[3:])}"
+        """A node's address (ctl at offset 1 from A.B.C.0, gpuN at 10+N, carrying into the third octet)."""
+        offset = 1 if node == "ctl" else 10 + int(node[3:])
+        a, b, c = (int(x) for x in self.subnet.split("."))
+        return f"{a}.{b}.{c + offset // 256}.{offset % 256}"
 
     def pid1(self, node: str) -> int:
         """Host PID of a node's PID 1 (supervisord)."""
@@ -137,6 +141,15 @@ class Testbed:
     def down(self) -> None:
         """Tear the testbed down."""
         _testbed_cli("down", "--name", self.name)
+
+
+WIDE_FROM = 200  # deploy/testbed's NARROW_MAX: more compute nodes than this take a /20
+
+
+def compute_names(nodes: int) -> list[str]:
+    """gpu01..gpuNN as deploy/testbed names them: two digits, or as many as NODES has (gpu001, gpu0001)."""
+    width = max(2, len(str(nodes)))
+    return [f"gpu{i:0{width}d}" for i in range(1, nodes + 1)]
 
 
 def _checked(proc: subprocess.CompletedProcess[str], node: str, cmd: str,
@@ -189,27 +202,34 @@ class Registry:
         self.beds: list[Testbed] = []
         self.counter = 0
 
-    def next_name_and_subnet(self) -> tuple[str, str]:
-        """A testbed name and /24 unique to this process and free on this machine."""
+    def next_name_and_subnet(self, nodes: int = 4) -> tuple[str, str]:
+        """A testbed name and subnet unique to this process and free on this machine: a /24 in 10.251.x, or
+        beyond WIDE_FROM compute nodes a /20 in 10.252.x (third octet a multiple of 16)."""
         self.counter += 1
         name = f"pt{os.getpid() % 100000}x{self.counter}"[:12]
         used = _used_subnets()
+        if nodes > WIDE_FROM:
+            for step in range(16):
+                third = ((os.getpid() + self.counter + step) % 16) * 16
+                if not any(f"10.252.{third + k}" in used for k in range(16)):
+                    return name, f"10.252.{third}"
+            raise RuntimeError("no free 10.252.x.0/20 subnet for a testbed")
         for third in range((os.getpid() + self.counter * 7) % 200, 256 + 200):
             subnet = f"10.251.{third % 256}"
             if subnet not in used and 0 < third % 256 < 255:
                 return name, subnet
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
-    def up(self, nodes: int, bare: bool, configless: bool = False) -> Testbed:
+    def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False) -> Testbed:
         """Bring up a new testbed."""
         reason = unavailable()
         if reason:
             pytest.skip(reason)
-        name, subnet = self.next_name_and_subnet()
+        name, subnet = self.next_name_and_subnet(nodes)
         args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else []),
-                *(["--configless"] if configless else [])]
-        bed = Testbed(name=name, subnet=subnet, computes=[f"gpu{i:02d}" for i in range(1, nodes + 1)],
-                      bare=bare, state_dir=BASE / name, configless=configless)
+                *(["--configless"] if configless else []), *(["--light"] if light else [])]
+        bed = Testbed(name=name, subnet=subnet, computes=compute_names(nodes), bare=bare, state_dir=BASE / name,
+                      configless=configless, light=light)
         self.beds.append(bed)
         proc = _testbed_cli(*args)
         if proc.returncode != 0:
@@ -242,12 +262,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 @pytest.fixture(scope="session")
 def testbed_factory() -> Iterator[Callable[..., Testbed]]:
-    """make(nodes=2, bare=False, configless=False) -> a new running Testbed; all are torn down at session end."""
+    """make(nodes=2, bare=False, configless=False, light=False) -> a new running Testbed; all torn down at the end."""
     if not unavailable():
         reap_stale()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        yield lambda nodes=2, bare=False, configless=False: REGISTRY.up(nodes, bare, configless)
+        yield lambda nodes=2, bare=False, configless=False, light=False: REGISTRY.up(nodes, bare, configless, light)
     finally:
         REGISTRY.down_all()
         signal.signal(signal.SIGTERM, previous)
@@ -271,4 +291,4 @@ def ssh_command(bed: Testbed, node: str, *args: str) -> list[str]:
     return ["ssh", "-F", str(bed.ssh_config), node, *(shlex.quote(a) for a in args)]
 
 
-__all__ = ["Testbed", "testbed", "testbed_factory", "unavailable", "ssh_command"]
+__all__ = ["Testbed", "compute_names", "testbed", "testbed_factory", "unavailable", "ssh_command"]

@@ -2,8 +2,10 @@
 
 The Slurm part matches the minimal cluster `up` starts (so adopting it is close to a no-op) and adds what
 the reconciler should bring: a second partition, a prolog (a managed file) and the rxdm patch, an NFS
-export from ctl mounted as /shared, an enroot image, and node checks. Standard library only (the YAML is
-written from templates); `reconciler validate DIR` checks it against reconciler/model.py.
+export from ctl mounted as /shared, an enroot image, and node checks. A light testbed (sshd only, no Slurm
+daemons) gets LIGHT_FILES: the same Slurm files (written, never served: no daemon reads them) and one managed
+file on every node, nothing that needs munge, NFS or enroot. Standard library only (the YAML is written from
+templates); `reconciler validate DIR` checks it against reconciler/model.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ IMAGE_URI = "docker://nvcr.io#nvidia/pytorch:24.04-py3"
 IMAGE_PATH = "/shared/images/pytorch-24.04.sqsh"
 PROLOG = "/etc/slurm/prolog.sh"
 RXDM = "/opt/apps/adm/slurm/scripts/rxdm"
+LIGHT_FILE = "/etc/reconciler-testbed/light.conf"  # the light desired state's managed file on every node
 RXDM_DEBIAN = 'if (grep -q "ID=debian" /etc/os-release && lsb_release -rs | grep -q "12"); then'
 RXDM_UBUNTU = 'if (grep -q "ID=ubuntu" /etc/os-release && lsb_release -rs | grep -q "22.04"); then'
 
@@ -95,10 +98,11 @@ def spec(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> dict[str, 
     """The plain data the YAML templates are filled from."""
     computes = layout.compute_nodes
     hostlist = computes[0] if len(computes) == 1 else f"gpu[{computes[0][3:]}-{computes[-1][3:]}]"
-    return {"name": layout.name, "subnet": f"{layout.subnet}.0/24", "computes": hostlist,
+    return {"name": layout.name, "subnet": getattr(layout, "cidr", f"{layout.subnet}.0/24"), "computes": hostlist,
             "all": f"ctl,{hostlist}", "cpus": cpus, "memory": memory_mb, "gpus": gpus,
             "ssh_config": str(layout.ssh_config), "known_hosts": str(layout.known_hosts),
-            "identity": str(layout.identity), "configless": getattr(layout, "configless", False)}
+            "identity": str(layout.identity), "configless": getattr(layout, "configless", False),
+            "light": getattr(layout, "light", False)}
 
 
 def cluster_yaml(s: dict[str, Any]) -> str:
@@ -220,13 +224,32 @@ def checks_yaml(s: dict[str, Any]) -> str:
 """
 
 
+def light_patches_yaml(s: dict[str, Any]) -> str:
+    """patches.yaml of a light testbed: one managed file on every node (what a no-op plan compares)."""
+    return header("a managed file on every node (light testbed: no Slurm daemons)") + f"""patches:
+  - name: light-marker
+    path: {LIGHT_FILE}
+    nodes: {q(s["all"])}
+    mode: "0644"
+    owner: root
+    group: root
+    content: |
+      # managed by the reconciler on testbed {s["name"]}
+      testbed={s["name"]}
+"""
+
+
 FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "storage.yaml": storage_yaml,
          "images.yaml": images_yaml, "patches.yaml": patches_yaml, "checks.yaml": checks_yaml}
 
 
+LIGHT_FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "patches.yaml": light_patches_yaml}
+
+
 def render(data: dict[str, Any]) -> dict[str, str]:
     """File name -> YAML text, from the plain data of `spec`."""
-    return {name: make(data) for name, make in FILES.items()}
+    files = LIGHT_FILES if data.get("light") else FILES
+    return {name: make(data) for name, make in files.items()}
 
 
 def write(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> Path:

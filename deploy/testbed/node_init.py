@@ -8,7 +8,9 @@ The process unshares mount/UTS/IPC/PID namespaces, forks the node's PID 1, print
 stdout and exits. The child prepares the node's root (an overlay mounted by the host: lower layer is the
 host's ``/``, upper layer is the node's own directory), mounts private /proc, /sys, /dev, /run, /tmp,
 configures the node's network interface, pivots into the root and execs supervisord, which reaps orphans
-as PID 1 and runs sshd, munged and the Slurm daemons. Standard library only.
+as PID 1 and runs sshd, munged and the Slurm daemons. A light node (``"light": true``) execs LIGHT_INIT
+instead: a shell that runs sshd in the foreground, restarts it if it dies, and reaps orphans while it waits.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ SYS_PIVOT_ROOT = 155  # x86_64
 NVIDIA_MAJOR = 195
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NODE_PYLIB = "/usr/lib/reconciler-testbed/python"  # the pkg_resources stand-in that keeps supervisord small
+# PID 1 of a light node: dash (0.1 MiB, against supervisord's 14) waits for its foreground sshd with
+# wait3(-1), so it also reaps the orphans reparented to it; sshd -D -e logs to the node's console.log.
+LIGHT_INIT = "while :; do /usr/sbin/sshd -D -e; echo \"sshd exited $?, restarting\"; sleep 1; done"
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -143,11 +148,19 @@ def setup_cgroup(root: str) -> None:
 
 def setup_root(spec: dict) -> None:
     """Prepare mounts and network of the node, then pivot into its root."""
-    root = f"{spec['state']}/nodes/{spec['node']}/root"
+    node_dir = f"{spec['state']}/nodes/{spec['node']}"
+    root = f"{node_dir}/root"
+    if spec.get("mount_root"):  # light nodes: the overlay lives in this mount namespace only, never the host's
+        opts = f"lowerdir=/,upperdir={node_dir}/upper,workdir={node_dir}/work"
+        mount(f"{spec['node']}:/", root, "overlay", 0, opts)
+    for source, target in spec.get("binds", {}).items():  # read-only host files at paths the upper layer made
+        mount(source, f"{root}{target}", None, MS_BIND)
+        mount(None, f"{root}{target}", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     socket.sethostname(spec["node"])
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    setup_cgroup(root)
+    if not spec.get("light"):
+        setup_cgroup(root)
     setup_dev(root, spec["gpus"])
     setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"])
     setup_net(spec["ip"], spec["prefixlen"])
@@ -167,6 +180,14 @@ def exec_supervisord(marker: str) -> None:
               ["supervisord", "-n", "-c", "/etc/supervisor/supervisord.conf"], env)
 
 
+def exec_light_init(marker: str) -> None:
+    """Replace this process (a light node's PID 1) by the LIGHT_INIT shell loop around sshd."""
+    env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "RECONCILER_TESTBED": marker}
+    os.umask(0o022)
+    os.closerange(3, 1024)
+    os.execve("/bin/sh", ["sh", "-c", LIGHT_INIT], env)
+
+
 def main() -> None:
     """Unshare, fork PID 1, report its host PID and let it boot the node."""
     spec = json.loads(sys.argv[1])
@@ -183,6 +204,8 @@ def main() -> None:
         os.close(log)
         os.umask(0)
         setup_root(spec)
+        if spec.get("light"):
+            exec_light_init(spec["marker"])
         exec_supervisord(spec["marker"])
     except BaseException:  # noqa: BLE001 - PID 1 must report and exit, whatever failed
         traceback.print_exc()

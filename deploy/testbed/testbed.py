@@ -39,12 +39,16 @@ DEFAULT_SUBNET = "10.250.0"
 GPUS_PER_NODE = 8
 NODE_CPUS = 16
 NODE_MEMORY_MB = 64000
-MAX_NODES = 200
+MAX_NODES = 200  # the full profile (supervisord, munge, Slurm; every node binds every node's root)
+MAX_LIGHT_NODES = 4000  # the light profile (sshd only), on the wide address plan
+NARROW_MAX = 200  # up to this many compute nodes: one /24 (ctl .1, gpuNN .10+N, bridge .254)
+WIDE_PREFIX = 20  # beyond: a /20 from A.B.C.0 (C a multiple of 16), addresses numbered on through it
 PATH = node_init.PATH
 NODE_PYTHON = "/usr/bin/python3"
 NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
-                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server"]
+                   "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
+                   "python3-clustershell"]  # ClusterShell for the nodes' python3: testbed nodes as gateways
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -91,6 +95,7 @@ class Layout:
     subnet: str = DEFAULT_SUBNET
     bare: bool = False
     configless: bool = False
+    light: bool = False
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -118,14 +123,24 @@ class Layout:
         """Network namespace name of a node."""
         return f"{self.name}-{node}"
 
+    @property
+    def prefixlen(self) -> int:
+        """Prefix length of the testbed's network: /24 up to NARROW_MAX compute nodes, else /20."""
+        return address_plan(self.computes)
+
     def ip(self, node: str) -> str:
-        """IPv4 address of a node (ctl .1, gpuNN .10+N, bridge .254)."""
-        return f"{self.subnet}.1" if node == "ctl" else f"{self.subnet}.{10 + int(node[3:])}"
+        """IPv4 address of a node (ctl .1, gpuNN .10+N, numbered on through the /20 when wide)."""
+        return node_address(self.subnet, self.computes, node)
 
     @property
     def bridge_ip(self) -> str:
-        """Address of the bridge in the admin namespace."""
-        return f"{self.subnet}.254"
+        """Address of the bridge in the admin namespace: .254 of the network's last /24."""
+        return offset_address(self.subnet, (1 << (32 - self.prefixlen)) - 2)
+
+    @property
+    def cidr(self) -> str:
+        """The testbed's network, e.g. 10.250.0.0/24."""
+        return f"{self.subnet}.0/{self.prefixlen}"
 
     def marker(self, node: str) -> str:
         """Exact value of RECONCILER_TESTBED in a node's PID 1 environment."""
@@ -171,6 +186,22 @@ class Layout:
         return cls(**data)
 
 
+def address_plan(computes: int) -> int:
+    """Prefix length for a testbed of COMPUTES compute nodes (24 keeps today's addresses for small ones)."""
+    return 24 if computes <= NARROW_MAX else WIDE_PREFIX
+
+
+def offset_address(subnet: str, offset: int) -> str:
+    """The address OFFSET places after A.B.C.0 (offsets past 255 carry into the third octet)."""
+    a, b, c = (int(x) for x in subnet.split("."))
+    return f"{a}.{b}.{c + offset // 256}.{offset % 256}"
+
+
+def node_address(subnet: str, computes: int, node: str) -> str:
+    """Address of NODE: ctl at offset 1, gpuN at offset 10+N (the same on both plans; /24 or /20)."""
+    return offset_address(subnet, 1 if node == "ctl" else 10 + int(node[3:]))
+
+
 def validate_layout(layout: Layout) -> None:
     """Reject names, subnets and sizes the testbed cannot handle."""
     if not NAME_RE.match(layout.name):
@@ -178,8 +209,15 @@ def validate_layout(layout: Layout) -> None:
     m = SUBNET_RE.match(layout.subnet)
     if not m or any(int(x) > 255 for x in m.groups()):
         raise TestbedError(f"bad subnet {layout.subnet!r}: give three octets, e.g. 10.250.0")
-    if not 1 <= layout.computes <= MAX_NODES:
-        raise TestbedError(f"--nodes must be between 1 and {MAX_NODES}")
+    limit = MAX_LIGHT_NODES if layout.light else MAX_NODES
+    if not 1 <= layout.computes <= limit:
+        more = "" if layout.light else f" (up to {MAX_LIGHT_NODES} with --light)"
+        raise TestbedError(f"--nodes must be between 1 and {limit}{more}")
+    third = int(m.group(3))
+    if layout.prefixlen < 24 and third % (1 << (24 - layout.prefixlen)):
+        raise TestbedError(f"{layout.computes} compute nodes need a /{layout.prefixlen}: the subnet's third "
+                           f"octet must be a multiple of {1 << (24 - layout.prefixlen)} "
+                           f"(e.g. {m.group(1)}.{m.group(2)}.{third - third % 16}), got {layout.subnet}")
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -365,7 +403,7 @@ def hostlist(names: list[str]) -> str:
 
 
 def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -> str:
-    """Build the node's upper layer; return its public host key line."""
+    """Build the node's upper layer; return its public host key line (light nodes: SSH and hosts only)."""
     d = layout.node_dir(node)
     for sub in ("upper", "work", "root"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -390,6 +428,15 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
             put(upper, f"root/{dotfile}", Path(f"/etc/skel/{dotfile}").read_bytes())
     opaque_dir(upper, "root/.ssh", 0o700)
     put(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
+    if layout.light:  # the client files at their host paths (bound by node_init): nodes can be SSH gateways
+        opaque_dir(upper, str(BASE).lstrip("/"), 0o700)
+        for path in client_file_binds(layout).values():
+            put(upper, path.lstrip("/"), "", 0o600)
+    elif os.path.lexists(str(BASE)):
+        whiteout(upper, str(BASE).lstrip("/"))
+    host_key_line = f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
+    if layout.light:  # sshd as the only daemon, started by node_init's light PID 1: no munge, Slurm, stand-ins
+        return host_key_line
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
     put(upper, "etc/supervisor/conf.d/testbed.conf", supervisor_conf(layout, node))
@@ -405,9 +452,7 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
     install_standins(upper)
     if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
         put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
-    if os.path.lexists(str(BASE)):
-        whiteout(upper, str(BASE).lstrip("/"))
-    return f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
+    return host_key_line
 
 
 def install_standins(upper: Path) -> None:
@@ -420,9 +465,28 @@ def install_standins(upper: Path) -> None:
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
 
 
+def client_file_binds(layout: Layout) -> dict[str, str]:
+    """Light nodes: host file -> path in the node (the host's path) of ssh_config, known_hosts and key.
+
+    Inside a node the ssh_config is the node variant (no ProxyCommand: nodes reach each other on the
+    bridge), so the inventory's ssh options work unchanged on a node that relays to others, e.g. a
+    ClusterShell gateway.
+    """
+    return {str(layout.state / "node-ssh_config"): str(layout.ssh_config),
+            str(layout.known_hosts): str(layout.known_hosts), str(layout.identity): str(layout.identity)}
+
+
 def write_client_files(layout: Layout, host_keys: list[str]) -> None:
-    """known_hosts and ssh_config for reaching the nodes from the host."""
+    """known_hosts and ssh_config for reaching the nodes from the host (and, light, from the nodes)."""
     layout.known_hosts.write_text("".join(host_keys))
+    layout.ssh_config.write_text(ssh_config(layout, proxy=True))
+    if layout.light:
+        (layout.state / "node-ssh_config").write_text(ssh_config(layout, proxy=False))
+
+
+def ssh_config(layout: Layout, proxy: bool) -> str:
+    """ssh_config with one Host entry per node; PROXY: through the admin namespace (the host's variant)."""
+    proxy_line = f"    ProxyCommand nsenter --net=/run/netns/{layout.admin_ns} nc %h %p\n" if proxy else ""
     entries = [f"# ssh_config of testbed {layout.name} (written by deploy/testbed)\n"]
     for node in layout.nodes:
         entries.append(f"""Host {node}
@@ -433,10 +497,9 @@ def write_client_files(layout: Layout, host_keys: list[str]) -> None:
     UserKnownHostsFile {layout.known_hosts}
     GlobalKnownHostsFile /dev/null
     StrictHostKeyChecking yes
-    ProxyCommand ip netns exec {layout.admin_ns} nc %h %p
-    LogLevel ERROR
+{proxy_line}    LogLevel ERROR
 """)
-    layout.ssh_config.write_text("\n".join(entries))
+    return "\n".join(entries)
 
 
 # --------------------------------------------------------------------------------------------- network
@@ -453,9 +516,9 @@ def network_up(layout: Layout) -> None:
         run(["ip", "netns", "add", layout.admin_ns])
     todo = [layout.ns(n) for n in layout.nodes if not netns_exists(layout.ns(n))]
     if todo:
-        create_netns_from(layout.admin_ns, todo)
+        create_netns_from(layout.admin_ns, todo, no_ipv6=layout.light)
     batch = [] if _link_exists(layout.admin_ns, "br0") else [
-        "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/24 dev br0",
+        "link set lo up", "link add br0 type bridge", f"addr add {layout.bridge_ip}/{layout.prefixlen} dev br0",
         "link set br0 up"]
     for node in layout.nodes:
         if not _link_exists(layout.admin_ns, f"v-{node}"):
@@ -465,12 +528,13 @@ def network_up(layout: Layout) -> None:
         run(["ip", "-n", layout.admin_ns, "-batch", "-"], input="\n".join(batch) + "\n")
 
 
-def create_netns_from(admin: str, names: list[str]) -> None:
+def create_netns_from(admin: str, names: list[str], no_ipv6: bool = False) -> None:
     """Create named network namespaces (like `ip netns add`) from inside the admin namespace.
 
     Namespaces created there get a small TCP hash table of their own (net.ipv4.tcp_child_ehash_entries
     is set in the admin namespace only), so reading a node's /proc/net/tcp costs microseconds instead of
-    walking the host's table.
+    walking the host's table. NO_IPV6 turns IPv6 off in the new namespaces (light testbeds: hundreds of nodes
+    sending router solicitations and MLD reports through one bridge is a flood, and nothing uses IPv6).
     """
     pid = os.fork()
     if pid == 0:  # child: never returns
@@ -486,6 +550,10 @@ def create_netns_from(admin: str, names: list[str]) -> None:
                 path = f"/run/netns/{name}"
                 os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
                 node_init.mount("/proc/self/ns/net", path, None, node_init.MS_BIND)
+                for conf in ("all", "default") if no_ipv6 else ():
+                    with contextlib.suppress(OSError), open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6",
+                                                            "w") as f:
+                        f.write("1\n")
             code = 0
         except BaseException as e:  # noqa: BLE001 - report from the forked child, then exit
             print(f"testbed: error: creating namespaces: {e}", file=sys.stderr)
@@ -574,7 +642,9 @@ def mount_lustre(layout: Layout) -> None:
 def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
     """Launch a node's bootstrap; it prints the host PID of the node's PID 1."""
     spec = {"name": layout.name, "node": node, "state": str(layout.state), "ip": layout.ip(node),
-            "prefixlen": 24, "gpus": 0 if node == "ctl" else GPUS_PER_NODE, "peers": layout.nodes,
+            "prefixlen": layout.prefixlen, "gpus": 0 if node == "ctl" else GPUS_PER_NODE,
+            "peers": [] if layout.light else layout.nodes, "light": layout.light, "mount_root": layout.light,
+            "binds": client_file_binds(layout) if layout.light else {},
             "marker": layout.marker(node), "console": str(layout.node_dir(node) / "console.log"),
             "munge_uid": _ids("munge")[0], "munge_gid": _ids("munge")[1]}
     cmd = ["nsenter", f"--net=/run/netns/{layout.ns(node)}", NODE_PYTHON, "-I", "-S",
@@ -584,15 +654,27 @@ def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
                             env={"PATH": PATH, "RECONCILER_TESTBED": layout.marker(node)})
 
 
+START_PARALLEL = 16  # node bootstraps at a time: enough to keep 2 cores busy, few enough not to thrash
+
+
 def start_nodes(layout: Layout, nodes: list[str]) -> None:
-    """Start nodes in parallel and record their PID 1."""
-    procs = {node: start_node(layout, node) for node in nodes}
-    for node, proc in procs.items():
+    """Start nodes, START_PARALLEL at a time, and record their PID 1."""
+    def one(node: str) -> tuple[str, subprocess.Popen[str], str, str]:
+        proc = start_node(layout, node)
         out, err = proc.communicate()
+        return node, proc, out, err
+
+    with ThreadPoolExecutor(max_workers=START_PARALLEL) as pool:
+        started = list(pool.map(one, nodes))
+    failed = []
+    for node, proc, out, err in started:
         if proc.returncode != 0 or not out.strip().isdigit():
-            raise TestbedError(f"node {node} failed to start: {err.strip()}")
-        layout.pids[node] = int(out.strip())
+            failed.append(f"node {node} failed to start: {err.strip()}")
+        else:
+            layout.pids[node] = int(out.strip())
     layout.save()
+    if failed:
+        raise TestbedError("; ".join(failed))
 
 
 def node_alive(layout: Layout, node: str) -> bool:
@@ -645,8 +727,10 @@ def listening_ports(pid: int) -> set[int]:
 
 
 def node_ready(layout: Layout, node: str) -> bool:
-    """sshd and munged up, and the Slurm daemon listening unless --bare."""
+    """sshd and munged up, and the Slurm daemon listening unless --bare (light: sshd listening)."""
     pid = layout.pids[node]
+    if layout.light:
+        return PORT_SSH in listening_ports(pid)
     if not os.path.exists(f"/proc/{pid}/root/run/munge/munge.socket.2"):
         return False
     want = {PORT_SSH}
@@ -688,7 +772,7 @@ def wait_ready(layout: Layout, timeout: float) -> None:
     if pending:
         raise TestbedError(f"nodes not ready after {timeout:.0f}s: {', '.join(sorted(pending))}")
     trace("sshd, munged and Slurm daemons listening")
-    while not layout.bare:
+    while not layout.bare and not layout.light:
         states = slurm_states(layout)
         if all(states.get(n) == "idle" for n in layout.compute_nodes):
             return
@@ -807,16 +891,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
     require_root_and_deps()
     want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
-                  configless=args.configless)
+                  configless=args.configless, light=args.light)
+    if want.light and (want.bare or want.configless):
+        raise TestbedError("--light has no Slurm: it does not combine with --bare or --configless")
     validate_layout(want)
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare, old.configless) != (
-                    want.computes, want.subnet, want.bare, want.configless):
+            if (old.computes, old.subnet, old.bare, old.configless, old.light) != (
+                    want.computes, want.subnet, want.bare, want.configless, want.light):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
-                                   f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}; "
-                                   "run down first to change it")
+                                   f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}, "
+                                   f"light={old.light}; run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -848,14 +934,19 @@ def bring_up(layout: Layout) -> None:
              "-f", str(layout.identity)])
     client_pub = Path(f"{layout.identity}.pub").read_text()
     munge_key = os.urandom(1024)
+    if layout.computes > NARROW_MAX:
+        raise_host_limits(len(layout.nodes))
     with ThreadPoolExecutor(max_workers=8) as pool:
         keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub), layout.nodes))
     write_client_files(layout, keys)
     trace("node layers prepared")
     network_up(layout)
     trace("network up")
-    mount_roots(layout)
-    mount_lustre(layout)
+    if not layout.light:  # a light node mounts its own root inside its mount namespace (node_init)
+        mount_roots(layout)
+        trace("roots mounted")
+    if not layout.light:
+        mount_lustre(layout)
     start_nodes(layout, layout.nodes)
     trace("nodes started")
     wait_ready(layout, timeout=60 + layout.computes)
@@ -880,6 +971,30 @@ def write_desired_state(layout: Layout) -> None:
     desired_state.write(layout, cpus=NODE_CPUS, memory_mb=NODE_MEMORY_MB, gpus=GPUS_PER_NODE)
 
 
+# Host sysctls a wide testbed needs (raised, never lowered, by `up` beyond NARROW_MAX compute nodes). The
+# neighbour table is one for all network namespaces: the admin namespace holds an ARP entry per node and
+# every node one for the bridge, so the default gc_thresh3 of 1024 overflows near 500 nodes.
+def host_limits(nodes: int) -> dict[str, int]:
+    """sysctl -> minimum value for a testbed of NODES nodes (beside the other testbeds on the host)."""
+    entries = 4 * nodes + 1024
+    return {"net.ipv4.neigh.default.gc_thresh1": entries // 4, "net.ipv4.neigh.default.gc_thresh2": entries // 2,
+            "net.ipv4.neigh.default.gc_thresh3": entries, "kernel.pid_max": max(32768, 32 * nodes),
+            "fs.inotify.max_user_instances": 1024}
+
+
+def raise_host_limits(nodes: int) -> None:
+    """Raise the host sysctls of host_limits where they are lower (logged; README: "Host settings")."""
+    for key, want in host_limits(nodes).items():
+        path = Path("/proc/sys") / key.replace(".", "/")
+        try:
+            have = int(path.read_text().split()[0])
+            if have < want:
+                path.write_text(f"{want}\n")
+                log(f"raised {key} from {have} to {want}")
+        except (OSError, ValueError) as e:
+            log(f"could not raise {key}: {e}")
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     """Tear a testbed down completely."""
     if os.geteuid() != 0:
@@ -898,8 +1013,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not layout:
         print(f"testbed {args.name}: not up")
         return 1
-    mode = ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else "")
-    print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.subnet}.0/24, {mode}, "
+    mode = "light" if layout.light else (
+        ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else ""))
+    print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.cidr}, {mode}, "
           f"state {layout.state}")
     names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd"}
     ok = True
@@ -962,11 +1078,15 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="testbed", description="Local multi-node Slurm testbed (needs root)")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="bring a testbed up; prints its desired-state directory last")
-    up.add_argument("--nodes", type=int, default=4, help="number of compute nodes gpu01..gpuNN (default 4)")
+    up.add_argument("--nodes", type=int, default=4,
+                    help="number of compute nodes gpu01..gpuNN (default 4; gpu001.. from 100, gpu0001.. from 1000)")
     up.add_argument("--bare", action="store_true", help="no slurm.conf, Slurm daemons not started")
     up.add_argument("--configless", action="store_true",
                     help="configless Slurm: slurm.conf on ctl only, slurmd started with --conf-server ctl")
-    up.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets (default 10.250.0)")
+    up.add_argument("--light", action="store_true",
+                    help="light nodes: sshd only (no supervisord, munge or Slurm), for hundreds of nodes")
+    up.add_argument("--subnet", default=DEFAULT_SUBNET,
+                    help="first three octets (default 10.250.0); beyond 200 compute nodes a /20 from there")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
         sub.add_parser(name, help=helptext)

@@ -48,6 +48,10 @@ def open_reconcile(loaded: LoadedState, *, limit: str | None = None, forks: int 
     """Set up a reconcile: context, SSH transport, drivers."""
     names = set(hostlist.expand(limit)) if limit else None
     ctx = Context(loaded=loaded, source=describe_source(loaded.root, loaded.commit), limit=names)
+    if transport is None and loaded.state.ssh.gateways:  # ClusterShell tree mode through the gateways
+        from reconciler.backend.clush import ClushTransport
+
+        transport = ClushTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
     if transport is None:
         transport = SSHTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
     return Reconcile(ctx=ctx, transport=transport, drivers=all_drivers())

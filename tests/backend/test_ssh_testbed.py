@@ -1,4 +1,4 @@
-"""SSHTransport on the namespace testbed: the testbed's ssh_config (ProxyCommand `ip netns exec ... nc`)."""
+"""SSHTransport on the namespace testbed: the testbed's ssh_config (ProxyCommand `nsenter --net=... nc`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""Light testbeds (issue 15 item 4): sshd-only nodes, the wide address plan, `reconciler plan` reaching all.
+
+The default run brings up 40 light nodes (a few seconds) and plans all of them over SSH; the 256-node run
+(a /20, names gpu001..gpu256) runs only with RECONCILER_SCALE_TESTS=1. The address-plan tests need no root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.testbed_fixture import Testbed, compute_names
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED_DIR = REPO / "deploy" / "testbed"
+sys.path.insert(0, str(TESTBED_DIR))
+
+import desired_state  # noqa: E402  (deploy/testbed, path set above)
+import testbed as tb  # noqa: E402
+
+SCALE = os.environ.get("RECONCILER_SCALE_TESTS") == "1"
+
+
+# ------------------------------------------------------------------------------------- address plan (no root)
+
+
+def test_small_testbeds_keep_their_names_and_addresses() -> None:
+    layout = tb.Layout(name="x", computes=4, subnet="10.250.0")
+    assert layout.compute_nodes == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert [layout.ip(n) for n in layout.nodes] == ["10.250.0.1", *(f"10.250.0.{10 + i}" for i in range(1, 5))]
+    assert (layout.bridge_ip, layout.prefixlen, layout.cidr) == ("10.250.0.254", 24, "10.250.0.0/24")
+    assert tb.Layout(name="x", computes=200, subnet="10.250.0").ip("gpu200") == "10.250.0.210"
+
+
+def test_wide_testbeds_take_a_slash_20_and_longer_names() -> None:
+    layout = tb.Layout(name="x", computes=1000, subnet="10.250.16", light=True)
+    tb.validate_layout(layout)
+    assert layout.compute_nodes[:2] == ["gpu0001", "gpu0002"] and layout.compute_nodes[-1] == "gpu1000"
+    assert layout.prefixlen == 20 and layout.cidr == "10.250.16.0/20"
+    assert [layout.ip(n) for n in ("ctl", "gpu0001", "gpu0245", "gpu0246", "gpu1000")] == [
+        "10.250.16.1", "10.250.16.11", "10.250.16.255", "10.250.17.0", "10.250.19.242"]
+    assert layout.bridge_ip == "10.250.31.254"
+    addresses = {layout.ip(n) for n in layout.nodes} | {layout.bridge_ip}
+    assert len(addresses) == len(layout.nodes) + 1
+    bed = Testbed(name="x", subnet="10.250.16", computes=compute_names(1000), bare=False, state_dir=Path("/x"))
+    assert bed.computes == layout.compute_nodes and all(bed.ip(n) == layout.ip(n) for n in layout.nodes)
+    assert compute_names(256)[0] == "gpu001" and compute_names(99)[-1] == "gpu99"
+
+
+@pytest.mark.parametrize(("computes", "subnet", "light", "message"), [
+    (300, "10.250.16", False, "between 1 and 200 (up to 4000 with --light)"),
+    (300, "10.250.8", True, "third octet must be a multiple of 16 (e.g. 10.250.0)"),
+    (4001, "10.250.16", True, "between 1 and 4000"),
+])
+def test_bad_sizes_and_subnets_are_refused(computes: int, subnet: str, light: bool, message: str) -> None:
+    with pytest.raises(tb.TestbedError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tb.validate_layout(tb.Layout(name="x", computes=computes, subnet=subnet, light=light))
+
+
+def test_light_desired_state_validates(tmp_path: Path) -> None:
+    loader = pytest.importorskip("reconciler.loader")
+    layout = tb.Layout(name="tblight", computes=256, subnet="10.250.16", light=True)
+    out = tmp_path / "desired-state"
+    data = desired_state.spec(layout, cpus=16, memory_mb=64000, gpus=8)
+    for name, text in desired_state.render(data).items():
+        out.mkdir(exist_ok=True)
+        (out / name).write_text(text)
+    assert sorted(p.name for p in out.iterdir()) == ["cluster.yaml", "nodes.yaml", "patches.yaml"]
+    state = loader.load_dir(out).state
+    assert [p.path for p in state.patches] == [desired_state.LIGHT_FILE]
+    assert state.patches[0].nodes == "ctl,gpu[001-256]"
+    assert state.cluster.node_sets[0].nodes == "gpu[001-256]"
+
+
+# ------------------------------------------------------------------------------------------- on the testbed
+
+
+def plan_reaches_every_node(bed: Testbed) -> float:
+    """Run `reconciler plan` on BED's desired state; assert every node was reached; return its seconds."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "plan", "--format", "json", "--per-node",
+                           str(bed.desired_state)], capture_output=True, text=True, timeout=900, cwd=REPO)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["unreachable"] == {} and data["errors"] == []
+    planned = {c["node"] for c in data["changes"] if c["resource"] == desired_state.LIGHT_FILE}
+    assert planned == set(bed.nodes)
+    return seconds
+
+
+def check_light_nodes(bed: Testbed, sample: list[str]) -> None:
+    """A light node runs the sh loop as PID 1 and sshd, nothing else; python3 is there for the facts."""
+    for node in sample:
+        ps = bed.run(node, "ps -eo pid=,comm=", check=True).stdout.split()
+        assert ps[:2] == ["1", "sh"] and "sshd" in ps
+        assert not {"supervisord", "munged", "slurmd", "slurmctld"} & set(ps[1::2])
+        assert bed.ssh(node, "hostname; python3 -c 'print(1)'", check=True).stdout.split() == [node, "1"]
+
+
+@pytest.mark.testbed
+def test_light_testbed_of_40_nodes_is_planned_over_ssh(testbed_factory: Callable[..., Testbed]) -> None:
+    bed = testbed_factory(nodes=40, light=True)
+    assert bed.computes[-1] == "gpu40" and bed.ip("gpu40") == f"{bed.subnet}.50"
+    check_light_nodes(bed, ["ctl", "gpu01", "gpu40"])
+    plan_reaches_every_node(bed)
+
+
+@pytest.mark.testbed
+@pytest.mark.skipif(not SCALE, reason="scale test: set RECONCILER_SCALE_TESTS=1 (256 light nodes, about 2 min)")
+def test_light_testbed_of_256_nodes_is_planned_over_ssh(testbed_factory: Callable[..., Testbed]) -> None:
+    bed = testbed_factory(nodes=256, light=True)
+    assert bed.computes[0] == "gpu001" and bed.computes[-1] == "gpu256"
+    assert bed.ip("gpu256") == ".".join([*bed.subnet.split(".")[:2], str(int(bed.subnet.split(".")[2]) + 1), "10"])
+    check_light_nodes(bed, ["ctl", "gpu001", "gpu256"])
+    plan_reaches_every_node(bed)
