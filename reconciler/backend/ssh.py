@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -37,6 +39,50 @@ class ConnectionLost(ConnectError):
     """The connection dropped while a command ran: whether the command took effect is unknown."""
 
 
+class PollProxyCommand(paramiko.ProxyCommand):
+    """paramiko's ProxyCommand, reading with poll(2) instead of select(2).
+
+    select() cannot watch a descriptor numbered 1024 or more, so with a ProxyCommand per node a plan of a few
+    hundred nodes (each connection kept open: a socket pair and pipes) failed with "filedescriptor out of range
+    in select()"; poll() has no such limit.
+    """
+
+    @classmethod
+    def adopt(cls, proxy: paramiko.ProxyCommand) -> PollProxyCommand:
+        """The same running command, read with poll."""
+        proxy.__class__ = cls
+        return proxy  # type: ignore[return-value]
+
+    def recv(self, size: int) -> bytes:
+        """Read up to SIZE bytes of the command's stdout, within the timeout."""
+        buffer = b""
+        start = time.monotonic()
+        stdout = self.process.stdout
+        assert stdout is not None
+        poller = select.poll()
+        poller.register(stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+        try:
+            while len(buffer) < size:
+                wait_ms = None
+                if self.timeout is not None:
+                    left = self.timeout - (time.monotonic() - start)
+                    if left <= 0:
+                        raise TimeoutError()
+                    wait_ms = max(1, int(left * 1000))
+                if poller.poll(wait_ms):
+                    chunk = os.read(stdout.fileno(), size - len(buffer))
+                    if not chunk:
+                        break  # the command exited: what was read is all there is
+                    buffer += chunk
+            return buffer
+        except TimeoutError:
+            if buffer:
+                return buffer
+            raise
+        except OSError as exc:
+            raise paramiko.ProxyCommandFailure(" ".join(self.cmd), exc.strerror) from exc
+
+
 class _Connection(fabric.Connection):
     """A fabric Connection with a thread-safe `open` and a bastion channel honouring the connect timeout."""
 
@@ -69,7 +115,8 @@ class _Connection(fabric.Connection):
     def open_gateway(self) -> Any:
         """Open the channel through the bastion with a timeout (fabric would wait up to an hour)."""
         if not isinstance(self.gateway, fabric.Connection):
-            return super().open_gateway()
+            proxy = super().open_gateway()
+            return PollProxyCommand.adopt(proxy) if isinstance(proxy, paramiko.ProxyCommand) else proxy
         try:
             self.gateway.open()
         except Exception as exc:
