@@ -15,7 +15,7 @@ from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
 from reconciler.inventory import slurm_node_set
 from reconciler.render.files import is_slurm_node
-from reconciler.services import parse_status, status_command
+from reconciler.services import parse_status, status_command, status_python
 
 
 def services_for(ctx: Context, node: str) -> list[str]:
@@ -37,7 +37,12 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
         driver.request(ctx, node, req)
     services = services_for(ctx, node)
     if services:
-        req.commands["services"] = status_command(ctx.specs[node].service_manager, services)
+        manager = ctx.specs[node].service_manager
+        inline = status_python(manager, services)
+        if inline is not None:
+            req.python["services"] = inline
+        else:
+            req.commands["services"] = status_command(manager, services)
     req.files = list(dict.fromkeys(req.files))
     req.stats = list(dict.fromkeys(req.stats))
     req.hashes = list(dict.fromkeys(req.hashes))
