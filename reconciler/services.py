@@ -48,7 +48,8 @@ def _status(paths):
     else:
         raise OSError("no supervisord socket")
     with sock:
-        sock.sendall(b"POST /RPC2 HTTP/1.0\\r\\nContent-Type: text/xml\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body)
+        head = b"POST /RPC2 HTTP/1.0\\r\\nContent-Type: text/xml\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body)
+        sock.sendall(head + body)
         data = b"".join(iter(lambda: sock.recv(65536), b""))
     head, _, xml = data.decode("utf-8", "replace").partition("\\r\\n\\r\\n")
     if " 200 " not in head.split("\\r\\n", 1)[0] or "<fault>" in xml:
