@@ -1,16 +1,20 @@
 """`python -m bench`: every benchmark of issue 8 in one command; tables on stdout, files in bench/results/.
 
 Sections (`--sections`, default all):
-  noop    no-op reconcile on testbeds of N compute nodes + ctl: `reconciler plan` vs
-          `ansible-playbook --check --diff` (bench/ansible/playbook.yml) over the same SSH
+  noop    no-op reconcile on testbeds of N compute nodes + ctl: `reconciler plan` against the peers in the
+          same run (--peers): Ansible with its best settings (bench/ansible/playbook.yml, --check --diff),
+          `pyinfra --dry` (bench/pyinfra_project.py), and the floor: `true` per node over OpenSSH and paramiko
+  drift   steady-state drift check of the daemon's loop over persistent SSH sessions against a cold
+          `reconciler plan`, and the peers with their connections kept (bench/peers.py)
   change  one-line change applied (a partition's MaxTime): `reconciler apply --yes` vs ansible-playbook
           with a `scontrol reconfigure` handler
   scale   render + diff of 1,000 and 10,000 nodes against synthesised facts (pure CPU)
   nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
   daemon  commit-to-applied latency of the daemon, poll (Git) and watch (local dir) modes, on N nodes
 
-noop and change need root, the testbed's Debian packages and ansible-core (pip install -e '.[bench]');
-without them they are skipped with the reason. Writes bench.json, bench.md and bench.png to --out.
+noop, drift and change need root and the testbed's Debian packages; the peers ansible-core and pyinfra
+(pip install -e '.[bench]'); without them they are skipped with the reason. N above 64 uses the testbed's
+light profile (`testbed up --light`) where this checkout has it. Writes bench.json, bench.md and bench.png to --out.
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import daemon, nccl, reconcile, scale
+from bench import daemon, nccl, peers, reconcile, scale
 from bench.ansible_project import ansible_playbook
-from bench.common import RESULTS, log, machine
+from bench.common import RESULTS, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
-SECTIONS = ("noop", "change", "scale", "nccl", "daemon")
+SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
@@ -45,9 +49,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=3, help="runs per figure, medians reported (default 3)")
     p.add_argument("--sizes", default="1000,10000", help="node counts for scale (default 1000,10000)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where bench.json/.md/.png go (default bench/results)")
+    p.add_argument("--peers", default="all",
+                   help="peers of noop and drift: all (default), none, or some of ansible,pyinfra,floor")
     p.add_argument("--ansible-forks", type=int, default=None,
-                   help="Ansible forks (default: as many as nodes, at most 64, like our ssh.forks)")
-    p.add_argument("--ansible-pipelining", action="store_true", help="turn Ansible's pipelining on")
+                   help="change section: Ansible forks (default: as many as nodes, at most 64, like our ssh.forks)")
+    p.add_argument("--ansible-pipelining", action="store_true", help="change section: turn Ansible's pipelining on")
     p.add_argument("--no-plot", action="store_true", help="no PNG")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target of the issue is missed")
     return p
@@ -75,7 +81,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "skipped": {},
     }
-    on_testbed = [s for s in ("noop", "change") if s in sections]
+    chosen_peers = peers.parse_peers(args.peers)
+    results["peers"] = chosen_peers
+    with_peers = [s for s in ("noop", "drift") if s in sections]
+    if with_peers:
+        why = unavailable() or peers.peers_unavailable(chosen_peers)
+        if why:
+            results["skipped"].update(dict.fromkeys(with_peers, why))
+        else:
+            for key in with_peers:
+                results[key] = []
+            results["load"] = {}
+            for index, computes in enumerate(_ints(args.nodes)):
+                before = load_average()
+                try:
+                    measured_series = peers.measure(computes, 10 + index, args.runs, with_peers, chosen_peers)
+                except peers.NoLightProfile as exc:
+                    log(f"noop/drift N={computes}: {exc}")
+                    results["skipped"][f"noop/drift N={computes}"] = str(exc)
+                    continue
+                for series in measured_series:
+                    results[series.section].extend(series.rows())
+                results["load"][str(computes)] = {"before": before, "after": load_average()}
+    on_testbed = [s for s in ("change",) if s in sections]
     if on_testbed:
         why = _testbed_sections_unavailable()
         if why:

@@ -134,6 +134,8 @@ class AnsibleProject:
     hosts: list[str]
     forks: int
     pipelining: bool = False
+    gathering: str | None = None  # Ansible's `gathering` (implicit by default; `explicit`: only when asked)
+    persist: str = "60s"  # ControlPersist
     inventory_data: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -157,7 +159,7 @@ class AnsibleProject:
             real = shutil.which(tool) or f"/usr/bin/{tool}"
             wrapper.write_text(WRAPPER.format(tool=tool, log=self.ssh_log, real=real))
             wrapper.chmod(0o755)
-        ssh_args = f"-C -o ControlMaster=auto -o ControlPersist=60s -F {self.ssh_config}"
+        ssh_args = f"-C -o ControlMaster=auto -o ControlPersist={self.persist} -F {self.ssh_config}"
         (self.root / "ansible.cfg").write_text(
             "[defaults]\n"
             f"inventory = {self.root / 'inventory.yml'}\n"
@@ -165,7 +167,8 @@ class AnsibleProject:
             "interpreter_python = /usr/bin/python3\n"
             "host_key_checking = True\n"
             "retry_files_enabled = False\n"
-            "[ssh_connection]\n"
+            + (f"gathering = {self.gathering}\n" if self.gathering else "")
+            + "[ssh_connection]\n"
             f"ssh_args = {ssh_args}\n"
             f"control_path_dir = {self.control_dir}\n"
             f"pipelining = {self.pipelining}\n"
@@ -192,12 +195,13 @@ class AnsibleProject:
         return python_env({"ANSIBLE_CONFIG": str(self.root / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                            "ANSIBLE_NOCOWS": "1", "ANSIBLE_FORCE_COLOR": "0"})
 
-    def run(self, *args: str, timeout: float = 1800.0) -> Timed:
-        """Run the playbook (extra args such as --check --diff) cold: log and control sockets reset first."""
+    def run(self, *args: str, timeout: float = 1800.0, cold: bool = True) -> Timed:
+        """Run the playbook (extra args such as --check --diff); COLD: control sockets closed first (else reused)."""
         binary = ansible_playbook()
         if binary is None:
             raise RuntimeError("ansible-playbook not found: pip install '.[bench]'")
-        self.close_masters()
+        if cold:
+            self.close_masters()
         self.ssh_log.write_text("")
         return timed_run([binary, str(PLAYBOOK), *args], env=self.env(), cwd=self.root, timeout=timeout)
 

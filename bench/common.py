@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,8 @@ class Timed:
     stdout: str
     stderr: str
     seconds: float
+    cpu: float = 0.0  # CPU seconds (user + system) of the command and its waited-for children
+
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of stdout and stderr, for error messages."""
@@ -49,11 +52,19 @@ class Timed:
 
 def timed_run(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
               timeout: float = 1800.0) -> Timed:
-    """Run a command to its end and measure its wall time (output captured)."""
+    """Run a command to its end; measure its wall time and CPU (RUSAGE_CHILDREN delta; output captured)."""
+    cpu = children_cpu()
     start = time.perf_counter()
     proc = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout,
                           check=False)
-    return Timed(list(argv), proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return Timed(list(argv), proc.returncode, proc.stdout, proc.stderr, seconds, children_cpu() - cpu)
+
+
+def children_cpu() -> float:
+    """CPU seconds of the waited-for children of this process (RUSAGE_CHILDREN: user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def median(values: Sequence[float]) -> float:
@@ -64,6 +75,11 @@ def median(values: Sequence[float]) -> float:
 def log(message: str) -> None:
     """Progress on stderr, so stdout carries only the tables."""
     print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages now."""
+    return [round(v, 2) for v in os.getloadavg()]
 
 
 def machine() -> str:

@@ -1,11 +1,9 @@
-"""No-op reconcile and one-line change on testbed nodes: our plan/apply against ansible-playbook.
+"""One-line change on testbed nodes: our apply against ansible-playbook (the no-op section is bench/peers.py).
 
 For each N a bare testbed (N compute nodes + ctl) is brought up and converged by `reconciler apply`.
 Both tools then run against the same nodes over the same SSH (the testbed's ssh_config, known_hosts and
 key), alternately, so that the machine's noise hits both alike; ratios are taken within each pair.
 
-- noop: `reconciler plan DIR` (must exit 0: no changes) vs `ansible-playbook --check --diff` (every host
-  must report changed=0).
 - change: one partition's MaxTime differs in the desired state. Ours always moves the cluster to value A,
   Ansible's inventory always to value B, so every run of either tool changes exactly one line of
   slurm.conf on every node and runs `scontrol reconfigure` once (Ansible: a handler).
@@ -106,23 +104,6 @@ def _check_recap(done: Timed, hosts: list[str], *, changed: bool) -> None:
                            f"(rc {done.returncode}; hosts {problems[:5]}):\n{done.tail(40)}")
 
 
-def noop_pair(bed: BenchTestbed, project: AnsibleProject, first: str) -> Pair:
-    """One no-op plan and one Ansible check, in the given order."""
-    results: dict[str, tuple[float, dict[str, int]]] = {}
-    for tool in (first, "ansible" if first == "ours" else "ours"):
-        if tool == "ours":
-            done, trips = ours("plan", str(bed.desired), work=bed.work)
-            if done.returncode != 0:
-                raise RuntimeError(f"reconciler plan found changes or failed (exit {done.returncode}):\n"
-                                   f"{done.tail(40)}")
-            results[tool] = (done.seconds, trips)
-        else:
-            done = project.run("--check", "--diff")
-            _check_recap(done, bed.nodes, changed=False)
-            results[tool] = (done.seconds, project.count_round_trips())
-    return Pair(results["ours"][0], results["ansible"][0], results["ours"][1], results["ansible"][1])
-
-
 def set_max_time(desired: Path, index: int, value: str) -> str:
     """Set MaxTime of one partition in cluster.yaml (in place, comments kept); return the old value."""
     from ruamel.yaml import YAML
@@ -166,20 +147,12 @@ def change_pair(bed: BenchTestbed, project: AnsibleProject, partition: str) -> P
 
 def measure(computes: int, index: int, runs: int, sections: list[str], forks: int | None = None,
             pipelining: bool = False) -> list[Measured]:
-    """Bring up one testbed and run the chosen sections (noop, change) on it; always tear it down."""
+    """Bring up one testbed and run the chosen sections (change) on it; always tear it down."""
     out: list[Measured] = []
     with BenchTestbed(computes, index) as bed:
         project = AnsibleProject(root=bed.work / "ansible", ssh_config=bed.ssh_config, hosts=bed.nodes,
                                  forks=forks or min(64, len(bed.nodes)), pipelining=pipelining)
         project.write(bed.desired)
-        if "noop" in sections:
-            noop = Measured("noop", computes, forks=project.forks)
-            for run in range(runs):
-                pair = noop_pair(bed, project, "ours" if run % 2 == 0 else "ansible")
-                noop.pairs.append(pair)
-                log(f"noop N={computes} run {run + 1}: ours {pair.ours_s:.2f} s, ansible {pair.ansible_s:.2f} s "
-                    f"({pair.ratio:.1f}x)")
-            out.append(noop)
         if "change" in sections:
             partition = project.inventory_data["all"]["children"]["slurm"]["vars"]["slurm_partitions"][
                 CHANGE_PARTITION_INDEX]["PartitionName"]

@@ -48,6 +48,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 atexit.register(_down_all)
 
 
+def supports_light() -> bool:
+    """Whether this checkout's testbed has the light profile (`testbed up --light`, sshd only, hundreds of nodes)."""
+    shown = subprocess.run([str(TESTBED), "up", "--help"], capture_output=True, text=True, timeout=60, check=False)
+    return "--light" in shown.stdout
+
+
 def bench_name(index: int) -> str:
     """A testbed name unique to this process: `bench<pid>x<index>` (at most 12 characters)."""
     return f"bench{os.getpid() % 10000:04d}x{index}"
@@ -58,6 +64,11 @@ def bench_subnet(index: int) -> str:
     return f"10.252.{(os.getpid() % 40) * 6 + index % 6}"
 
 
+def light_subnet(index: int) -> str:
+    """A subnet of 10.253.x for a light testbed: the third octet a multiple of 16 (room for a /20)."""
+    return f"10.253.{((os.getpid() + index) % 16) * 16}"
+
+
 class BenchTestbed:
     """A bare testbed of N compute nodes + ctl, converged by our apply; its desired state lives in /tmp.
 
@@ -65,10 +76,11 @@ class BenchTestbed:
     into every file header) as `<tmp>/desired-state`, with a cgroup.conf added.
     """
 
-    def __init__(self, computes: int, index: int) -> None:
+    def __init__(self, computes: int, index: int, *, light: bool = False) -> None:
         self.computes = computes
+        self.light = light  # the light profile: sshd only, no Slurm (`testbed up --light`, not --bare)
         self.name = bench_name(index)
-        self.subnet = bench_subnet(index)
+        self.subnet = light_subnet(index) if light else bench_subnet(index)
         self.work = Path(tempfile.mkdtemp(prefix=f"reconciler-bench-{self.name}-"))
         self.desired = self.work / "desired-state"
 
@@ -78,6 +90,11 @@ class BenchTestbed:
         return BASE / self.name
 
     @property
+    def known_hosts(self) -> Path:
+        """The testbed's known_hosts."""
+        return self.state_dir / "known_hosts"
+
+    @property
     def ssh_config(self) -> Path:
         """The testbed's ssh_config (a Host entry per node, ProxyCommand into its namespace)."""
         return self.state_dir / "ssh_config"
@@ -85,15 +102,17 @@ class BenchTestbed:
     @property
     def nodes(self) -> list[str]:
         """ctl and the compute nodes."""
-        return ["ctl", *(f"gpu{i:02d}" for i in range(1, self.computes + 1))]
+        width = max(2, len(str(self.computes)))  # as the testbed names them: gpu01, or gpu001 from 100 on
+        return ["ctl", *(f"gpu{i:0{width}d}" for i in range(1, self.computes + 1))]
 
     def up(self) -> None:
         """Bring the testbed up bare, copy its desired state and apply it (exit 0 required)."""
         signal.signal(signal.SIGTERM, _on_signal)
         _live.add(self.name)
-        log(f"testbed {self.name}: up --bare --nodes {self.computes} --subnet {self.subnet}")
-        up = timed_run([str(TESTBED), "up", "--bare", "--nodes", str(self.computes), "--name", self.name,
-                        "--subnet", self.subnet], timeout=600)
+        profile = "--light" if self.light else "--bare"
+        log(f"testbed {self.name}: up {profile} --nodes {self.computes} --subnet {self.subnet}")
+        up = timed_run([str(TESTBED), "up", profile, "--nodes", str(self.computes), "--name", self.name,
+                        "--subnet", self.subnet], timeout=1800)
         if up.returncode != 0:
             raise RuntimeError(f"testbed up failed:\n{up.tail()}")
         source = Path(up.stdout.strip().splitlines()[-1])

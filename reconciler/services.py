@@ -27,6 +27,50 @@ _SUPERVISOR_RPC = (
 )
 SUPERVISOR_STATUS = f"python3 -c {shlex.quote(_SUPERVISOR_RPC)} 2>/dev/null || supervisorctl status || true"
 
+# The same answer from inside the fact-gathering script (no process of its own: a python3 start and the
+# http.client/xmlrpc imports were ~40 ms of a ~70 ms gather per node): one XML-RPC request written by hand
+# over the socket, the reply read with `re` (already loaded by json). Sets `stdout` as the script expects of
+# its inline snippets; falls back to `supervisorctl status` when the socket does not answer.
+SUPERVISOR_SOCKETS = ("/var/run/supervisor.sock", "/run/supervisor.sock")
+SUPERVISOR_STATUS_PY = """
+import re, socket
+def _status(paths):
+    body = (b'<?xml version="1.0"?><methodCall><methodName>supervisor.getAllProcessInfo</methodName>'
+            b'<params></params></methodCall>')
+    for path in paths:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(10)
+        try:
+            sock.connect(path)
+            break
+        except OSError:
+            sock.close()
+    else:
+        raise OSError("no supervisord socket")
+    with sock:
+        head = b"POST /RPC2 HTTP/1.0\\r\\nContent-Type: text/xml\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body)
+        sock.sendall(head + body)
+        data = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, xml = data.decode("utf-8", "replace").partition("\\r\\n\\r\\n")
+    if " 200 " not in head.split("\\r\\n", 1)[0] or "<fault>" in xml:
+        raise OSError("supervisord answered: " + head.split("\\r\\n", 1)[0])
+    def text(value):
+        return (value.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&apos;", "'")
+                .replace("&amp;", "&"))
+    lines = []
+    for struct in re.findall(r"<struct>(.*?)</struct>", xml, re.S):
+        info = {name: text(value) for name, value in re.findall(
+            r"<name>(.*?)</name>\\s*<value>\\s*(?:<\\w+>)?(.*?)(?:</\\w+>)?\\s*</value>", struct, re.S)}
+        name = info["name"] if info["group"] == info["name"] else info["group"] + ":" + info["name"]
+        lines.append(" ".join((name, info["statename"], info["description"])))
+    return "".join(line + "\\n" for line in lines)
+try:
+    stdout = _status(__SOCKETS__)
+except Exception:
+    stdout = subprocess.run("supervisorctl status", shell=True, capture_output=True, text=True, env=env,
+                            timeout=timeout).stdout
+"""
+
 
 Action = Literal["start", "stop", "restart", "reload", "enable", "disable"]
 
@@ -80,6 +124,14 @@ def status_command(manager: ServiceManager, services: list[str]) -> str:
         return SUPERVISOR_STATUS
     assert manager.status is not None
     return parsers.custom_status_command(manager.status, services)
+
+
+def status_python(manager: ServiceManager, services: list[str],
+                  sockets: tuple[str, ...] = SUPERVISOR_SOCKETS) -> str | None:
+    """Inline Python for the fact script printing what `status_command` prints, where there is one (supervisord)."""
+    if manager.type == "supervisord":
+        return SUPERVISOR_STATUS_PY.replace("__SOCKETS__", repr(tuple(sockets)))
+    return None
 
 
 def parse_status(manager: ServiceManager, services: list[str], output: str) -> dict[str, ServiceFact]:

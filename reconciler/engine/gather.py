@@ -13,7 +13,7 @@ from reconciler.engine.context import Context
 from reconciler.facts import parsers
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
-from reconciler.services import ENABLED, parse_enabled, parse_status, status_command
+from reconciler.services import ENABLED, parse_enabled, parse_status, status_command, status_python
 
 
 def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactRequest:
@@ -23,7 +23,12 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
         driver.request(ctx, node, req)
     req.services = list(dict.fromkeys(req.services))
     if req.services:
-        req.commands["services"] = status_command(ctx.specs[node].service_manager, req.services)
+        manager = ctx.specs[node].service_manager
+        inline = status_python(manager, req.services)
+        if inline is not None:
+            req.python["services"] = inline
+        else:
+            req.commands["services"] = status_command(manager, req.services)
     req.files = list(dict.fromkeys(req.files))
     req.stats = list(dict.fromkeys(req.stats))
     req.hashes = list(dict.fromkeys(req.hashes))

@@ -59,6 +59,13 @@ for name, cmd in req["commands"].items():
         out["commands"][name] = {"rc": p.returncode, "stdout": p.stdout, "stderr": p.stderr[-2000:]}
     except subprocess.TimeoutExpired:
         out["commands"][name] = {"rc": None, "stdout": "", "stderr": "timed out"}
+for name, code in req.get("python", {}).items():  # inline snippets: no process of their own; they set `stdout`
+    scope = {"subprocess": subprocess, "env": env, "timeout": req["timeout"]}
+    try:
+        exec(code, scope)
+        out["commands"][name] = {"rc": 0, "stdout": scope.get("stdout", ""), "stderr": ""}
+    except Exception as exc:
+        out["commands"][name] = {"rc": 1, "stdout": "", "stderr": ("%s: %s" % (type(exc).__name__, exc))[-2000:]}
 json.dump(out, sys.stdout)
 '''
 
@@ -67,7 +74,11 @@ GATHER_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "
 
 @dataclass
 class FactRequest:
-    """What to gather on one node: files with content, files by hash only (secrets), stat-only paths, commands."""
+    """What to gather on one node: files with content, files by hash only (secrets), stat-only paths, commands.
+
+    `python`: stdlib-only snippets run inside the fact script itself (no process of their own); each sets the
+    variable `stdout`, reported under `commands` like a shell command's output (rc 0, or 1 with the error).
+    """
 
     files: list[str] = field(default_factory=list)
     hashes: list[str] = field(default_factory=list)
@@ -75,6 +86,7 @@ class FactRequest:
     commands: dict[str, str] = field(default_factory=dict)
     services: list[str] = field(default_factory=list)  # whose state drivers need (one status command for all)
     secret: list[str] = field(default_factory=list)  # files of `files` whose content never comes back (sha256 only)
+    python: dict[str, str] = field(default_factory=dict)
     max_bytes: int = 1 << 20
     timeout: int = 30
 

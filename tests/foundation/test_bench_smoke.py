@@ -179,3 +179,59 @@ def test_python_m_bench_daemon_section(tmp_path: Path, capsys: pytest.CaptureFix
     assert [(r["mode"].split()[0], r["computes"]) for r in rows] == [("poll", 1), ("watch", 1)]
     assert all(0 < v < 30 for r in rows for v in r["latency_runs_s"])
     assert "Commit-to-applied latency of the daemon" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("peers", ["none", "floor"])
+def test_python_m_bench_noop_and_drift_sections(tmp_path: Path, capsys: pytest.CaptureFixture[str], peers: str) -> None:
+    """`python -m bench --sections noop,drift --nodes 2 --runs 1 --peers none|floor` on a real testbed: the cold
+    plan, the daemon's drift check over persistent sessions (in-sync, no new connection), and the floors."""
+    from bench.testbed import unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    assert bench_main(["--sections", "noop,drift", "--nodes", "2", "--runs", "1", "--peers", peers, "--no-plot",
+                       "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "bench.json").read_text())
+    tools = {section: [row["tool"] for row in results[section]] for section in ("noop", "drift")}
+    floors = ["floor-ssh", "floor-paramiko"] if peers == "floor" else []
+    assert tools == {"noop": ["ours", *floors], "drift": ["ours", "plan", *floors]}
+    for row in results["noop"] + results["drift"]:
+        assert row["computes"] == 2 and row["nodes"] == 3 and row["runs"] == 1
+        assert 0 < row["wall_s"] < 30 and row["cpu_s"] >= 0, row
+    drift = {row["tool"]: row for row in results["drift"]}
+    assert 0 < drift["ours"]["gather_s"] < drift["ours"]["wall_s"]
+    assert drift["ours"]["wall_s"] < drift["plan"]["wall_s"]  # open sessions beat a cold start even at 3 nodes
+    assert results["load"]["2"]["before"] and results["load"]["2"]["after"]
+    out = capsys.readouterr().out
+    assert "Steady-state drift check of the daemon" in out and "No-op reconcile against peers" in out
+
+
+def test_peer_selection() -> None:
+    """--peers: none, all, or a subset, in a fixed order; unknown names refused."""
+    from bench.peers import PEERS, parse_peers
+
+    assert parse_peers("none") == [] and parse_peers("all") == list(PEERS)
+    assert parse_peers("floor,ansible") == ["ansible", "floor"]
+    with pytest.raises(SystemExit, match="unknown peer"):
+        parse_peers("chef")
+
+
+def test_pyinfra_project_puts_our_rendered_files(tmp_path: Path) -> None:
+    """The pyinfra deploy's data: our rendered Slurm files and the prolog to put, the fstab/exports blocks."""
+    from bench.pyinfra_project import PyinfraProject, detected_changes
+
+    project = PyinfraProject(tmp_path, tmp_path / "ssh_config", tmp_path / "known_hosts", ["login01", "dgx01"], 2)
+    project.write(EXAMPLE)
+    data = json.loads((tmp_path / "data.json").read_text())
+    loaded = load_dir(EXAMPLE)
+    source = describe_source(loaded.root, loaded.commit)
+    put = {item["dest"]: item for item in data["dgx01"]["put"]}
+    assert (tmp_path / put["/etc/slurm/slurm.conf"]["src"]).read_text() == render_file(loaded.state, "dgx01",
+                                                                                        "slurm.conf", source)
+    blocks = {item["path"]: item["lines"] for item in data["dgx01"]["block"]}
+    assert blocks["/etc/fstab"] == block_body(render_file(loaded.state, "dgx01", "fstab", source))
+    assert "inventory.py" in {p.name for p in tmp_path.iterdir()} and (tmp_path / "deploy.py").exists()
+    table = "--> Detected changes:\n    Operation   Change   Conditional Change\n"
+    assert detected_changes(table + "    /etc/fstab   -   -\n\n") == []
+    assert detected_changes(table + "    /etc/fstab   1 (gpu02)   -\n\n") == ["/etc/fstab   1 (gpu02)   -"]

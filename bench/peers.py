@@ -1,0 +1,341 @@
+"""Issue 15 item 5: the no-op reconcile and the daemon's drift check against peers, in the same run, same testbed.
+
+For each N one converged testbed (N compute nodes + ctl; the light profile above 64 when this checkout's testbed
+has it) serves both sections. Every run runs every tool once, in an order that rotates from run to run, so
+that the machine's noise hits all alike; ratios are medians of the per-run ratios.
+
+noop (nothing to change; every tool starts without connections):
+- ours: `reconciler plan DIR` (must exit 0), SSH round trips counted (`bench.counted_cli`);
+- ansible: `ansible-playbook --check --diff` with Ansible's best settings: pipelining on, forks = nodes,
+  `gathering = explicit`, ControlPersist (masters closed before each run); every host must say changed=0;
+- pyinfra: `pyinfra --dry` of a deploy over the same files (`bench.pyinfra_project`); no change detected;
+- floor-ssh: one `true` per node over plain OpenSSH, forks at a time; floor-paramiko: connect, exec `true`,
+  close per node from a thread pool, in a fresh Python process (`bench.floor`).
+
+drift (steady state of a running daemon; connections already open where the tool can keep them):
+- ours: one drift check of the daemon's loop over persistent sessions (`bench.drift_probe`: report mode,
+  in-sync, no new connection), against a cold `reconciler plan` (the issue's target: 3x faster at 256);
+- ansible: the same best-settings check run with the ControlPersist masters of the previous run kept;
+- floor-ssh: `true` through an open ControlMaster; floor-paramiko: exec `true` over open connections.
+
+Client CPU seconds: RUSAGE_CHILDREN deltas for subprocesses (the tool and its ssh/ProxyCommand children that
+were waited for); the long-lived probes report their own process CPU plus their live ProxyCommand children's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import floor
+from bench.ansible_project import AnsibleProject, ansible_playbook, recap
+from bench.common import REPO, Timed, log, median, python_env, timed_run
+from bench.pyinfra_project import PyinfraProject, detected_changes, pyinfra_binary
+from bench.reconcile import ours
+from bench.testbed import BenchTestbed, supports_light
+
+PEERS = ("ansible", "pyinfra", "floor")
+LIGHT_ABOVE = 64  # N above this needs the light testbed profile
+
+LABELS = {
+    ("noop", "ours"): "`reconciler plan` (cold)",
+    ("noop", "ansible"): "Ansible, best settings (`--check --diff`)",
+    ("noop", "pyinfra"): "pyinfra `--dry`",
+    ("noop", "floor-ssh"): "floor: `ssh node true` (OpenSSH)",
+    ("noop", "floor-paramiko"): "floor: paramiko connect + `true` + close",
+    ("drift", "ours"): "daemon drift check (persistent sessions)",
+    ("drift", "plan"): "`reconciler plan` (cold)",
+    ("drift", "ansible"): "Ansible, best settings, ControlPersist warm",
+    ("drift", "floor-ssh"): "floor: `ssh node true` via open ControlMaster",
+    ("drift", "floor-paramiko"): "floor: paramiko `true` over open connections",
+}
+
+
+class NoLightProfile(RuntimeError):
+    """N needs the light testbed profile and this checkout's testbed has none."""
+
+
+def parse_peers(text: str) -> list[str]:
+    """`none`, `all`, or a comma-separated subset of ansible,pyinfra,floor."""
+    if text.strip() in ("", "none"):
+        return []
+    if text.strip() == "all":
+        return list(PEERS)
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = sorted(set(chosen) - set(PEERS))
+    if unknown:
+        raise SystemExit(f"unknown peer(s): {', '.join(unknown)}; choose from {', '.join(PEERS)}, all or none")
+    return [p for p in PEERS if p in chosen]
+
+
+def peers_unavailable(peers: list[str]) -> str | None:
+    """Why a chosen peer cannot run here, or None."""
+    if "ansible" in peers and ansible_playbook() is None:
+        return "ansible-playbook not found (pip install -e '.[bench]')"
+    if "pyinfra" in peers and pyinfra_binary() is None:
+        return "pyinfra not found (pip install -e '.[bench]')"
+    return None
+
+
+@dataclass
+class Sample:
+    """One run of one tool: wall and client CPU seconds, and what else it reported."""
+
+    wall_s: float
+    cpu_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Series:
+    """Every run of every tool of one section at one N."""
+
+    section: str
+    computes: int
+    nodes: int
+    tools: list[str]
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    light: bool = False
+    forks: int = 0
+
+    def add(self, tool: str, sample: Sample) -> None:
+        """Record one run."""
+        self.samples.setdefault(tool, []).append(sample)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per tool: medians, runs, CPU per node, ratio to ours (median of per-run ratios)."""
+        base = self.samples.get("ours", [])
+        out = []
+        for tool in self.tools:
+            runs = self.samples.get(tool, [])
+            ratios = [s.wall_s / b.wall_s for s, b in zip(runs, base, strict=False) if b.wall_s]
+            row: dict[str, Any] = {
+                "section": self.section, "computes": self.computes, "nodes": self.nodes, "tool": tool,
+                "label": LABELS[(self.section, tool)], "runs": len(runs), "light": self.light, "forks": self.forks,
+                "wall_s": median([s.wall_s for s in runs]), "wall_runs_s": [round(s.wall_s, 3) for s in runs],
+                "cpu_s": median([s.cpu_s for s in runs]), "cpu_runs_s": [round(s.cpu_s, 3) for s in runs],
+                "cpu_per_node_ms": median([s.cpu_s for s in runs]) / self.nodes * 1000,
+                "vs_ours": median(ratios), "vs_ours_runs": [round(r, 2) for r in ratios],
+            }
+            for key in sorted({k for s in runs for k in s.extra}):
+                values = [s.extra[key] for s in runs if key in s.extra]
+                row[key] = median(values) if all(isinstance(v, int | float) for v in values) else values
+            out.append(row)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ noop tools
+
+
+def _ours_plan(bed: BenchTestbed) -> Sample:
+    done, trips = ours("plan", str(bed.desired), work=bed.work)
+    if done.returncode != 0:
+        raise RuntimeError(f"reconciler plan found changes or failed (exit {done.returncode}):\n{done.tail(40)}")
+    return Sample(done.seconds, done.cpu, {"trips_per_node": sum(trips.values()) / max(1, len(trips))})
+
+
+def _check_noop_recap(done: Timed, hosts: list[str]) -> None:
+    stats = recap(done.stdout)
+    problems = [h for h in hosts if h not in stats or stats[h]["failed"] or stats[h]["unreachable"]
+                or stats[h]["changed"]]
+    if done.returncode != 0 or problems:
+        raise RuntimeError(f"ansible-playbook --check did not report every node unchanged (rc {done.returncode}; "
+                           f"hosts {problems[:5]}):\n{done.tail(40)}")
+
+
+def _ansible(project: AnsibleProject, bed: BenchTestbed, *, cold: bool) -> Sample:
+    done = project.run("--check", "--diff", cold=cold)
+    _check_noop_recap(done, bed.nodes)
+    trips = project.count_round_trips()
+    return Sample(done.seconds, done.cpu, {"trips_per_node": sum(trips.values()) / max(1, len(trips))})
+
+
+def _pyinfra(project: PyinfraProject) -> Sample:
+    done = project.run()
+    output = done.stdout + "\n" + done.stderr
+    changes = detected_changes(output)
+    if done.returncode != 0 or changes:
+        raise RuntimeError(f"pyinfra --dry failed or detected changes (rc {done.returncode}): {changes[:5]}\n"
+                           f"{done.tail(40)}")
+    return Sample(done.seconds, done.cpu)
+
+
+def _floor_ssh(bed: BenchTestbed, forks: int, control_dir: Path | None = None) -> Sample:
+    done = floor.openssh(bed.ssh_config, bed.nodes, forks, control_dir)
+    if done.returncode != 0:
+        raise RuntimeError(f"ssh true: {done.stderr}")
+    return Sample(done.seconds, done.cpu)
+
+
+def _floor_paramiko(bed: BenchTestbed, forks: int) -> Sample:
+    done = timed_run([sys.executable, "-m", "bench.floor", "paramiko", str(bed.ssh_config), str(forks),
+                      *bed.nodes], env=python_env(), cwd=REPO, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"paramiko floor failed:\n{done.tail(20)}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if found["failed"]:
+        raise RuntimeError(f"paramiko floor: `true` failed on {found['failed'][:5]}")
+    return Sample(done.seconds, done.cpu, {"inner_s": found["inner_s"]})
+
+
+# ------------------------------------------------------------------------------------------------ drift tools
+
+
+class LineProcess:
+    """A long-lived measuring process: one JSON line back per line sent (bench.drift_probe, bench.floor warm)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=python_env(), cwd=REPO)
+        self.first = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(30)
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"{' '.join(self.proc.args[:4])} ended (exit {self.proc.returncode}):\n{err[-3000:]}")
+        found: dict[str, Any] = json.loads(line)
+        return found
+
+    def ask(self) -> dict[str, Any]:
+        """Send one line, read one JSON line."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        """End it (EOF on stdin) and wait."""
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _drift_check(probe: LineProcess, connects: int) -> Sample:
+    found = probe.ask()
+    if found["outcome"] != "in-sync":
+        raise RuntimeError(f"drift check said {found['outcome']!r}, not in-sync (see the probe's daemon.log)")
+    if found["connects"] != connects:
+        raise RuntimeError(f"drift check opened connections: {found['connects']} connects, {connects} after the first")
+    return Sample(found["wall_s"], found["cpu_s"], {"gather_s": found["gather_s"], "plan_s": found["plan_s"]})
+
+
+def _paramiko_warm(process: LineProcess) -> Sample:
+    found = process.ask()
+    if found["failed"]:
+        raise RuntimeError(f"paramiko warm floor: `true` failed on {found['failed'][:5]}")
+    return Sample(found["wall_s"], found["cpu_s"])
+
+
+# ------------------------------------------------------------------------------------------------ runs
+
+
+def _rotate(tools: list[str], run: int) -> list[str]:
+    shift = run % len(tools)
+    return tools[shift:] + tools[:shift]
+
+
+def _runs(series: Series, runs: int, measure: dict[str, Callable[[], Sample]]) -> None:
+    for run in range(runs):
+        for tool in _rotate(series.tools, run):
+            series.add(tool, measure[tool]())
+        line = ", ".join(f"{t} {series.samples[t][-1].wall_s:.2f} s" for t in series.tools)
+        log(f"{series.section} N={series.computes} run {run + 1}: {line}")
+
+
+def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None,
+          pyinfra: PyinfraProject | None) -> Series:
+    forks = len(bed.nodes)
+    tools = ["ours"] + (["ansible"] if best else []) + (["pyinfra"] if pyinfra else []) + (
+        ["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
+    measure: dict[str, Callable[[], Sample]] = {
+        "ours": lambda: _ours_plan(bed),
+        "floor-ssh": lambda: _floor_ssh(bed, forks),
+        "floor-paramiko": lambda: _floor_paramiko(bed, forks),
+    }
+    if best:
+        measure["ansible"] = lambda: _ansible(best, bed, cold=True)
+    if pyinfra:
+        measure["pyinfra"] = lambda: _pyinfra(pyinfra)
+    series = Series("noop", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks)
+    _runs(series, runs, measure)
+    return series
+
+
+def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None) -> Series:
+    forks = len(bed.nodes)
+    tools = ["ours", "plan"] + (["ansible"] if best else []) + (
+        ["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
+    probe = LineProcess([sys.executable, "-m", "bench.drift_probe", str(bed.desired), str(bed.work / "drift")])
+    opened: list[Callable[[], None]] = [probe.close]
+    try:
+        if probe.first["outcome"] != "in-sync":
+            raise RuntimeError(f"the daemon's first cycle said {probe.first['outcome']!r}, not in-sync")
+        log(f"drift N={bed.computes}: daemon's first cycle {probe.first['wall_s']:.2f} s, "
+            f"{probe.first['connects']} connections")
+        measure: dict[str, Callable[[], Sample]] = {
+            "ours": lambda: _drift_check(probe, probe.first["connects"]),
+            "plan": lambda: _ours_plan(bed),
+        }
+        if best:
+            _ansible(best, bed, cold=True)  # opens the ControlPersist masters the timed runs reuse
+            measure["ansible"] = lambda: _ansible(best, bed, cold=False)
+        if "floor" in peers:
+            control = Path(tempfile.mkdtemp(prefix="cm", dir="/tmp"))  # short: a socket path has 108 bytes at most
+            opened.append(lambda: shutil.rmtree(control, ignore_errors=True))
+            opened.append(lambda: floor.close_masters(bed.ssh_config, bed.nodes, control))
+            _floor_ssh(bed, forks, control)  # opens the ControlMasters
+            warm = LineProcess([sys.executable, "-m", "bench.floor", "paramiko-warm", str(bed.ssh_config),
+                                str(forks), *bed.nodes])
+            opened.append(warm.close)
+            measure["floor-ssh"] = lambda: _floor_ssh(bed, forks, control)
+            measure["floor-paramiko"] = lambda: _paramiko_warm(warm)
+        series = Series("drift", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks)
+        _runs(series, runs, measure)
+        series.samples["ours"][0].extra["first_cycle_s"] = probe.first["wall_s"]
+        return series
+    finally:
+        for close in reversed(opened):
+            close()
+
+
+def measure(computes: int, index: int, runs: int, sections: list[str], peers: list[str]) -> list[Series]:
+    """Bring up one testbed for N and run the chosen sections (noop, drift) with the chosen peers on it."""
+    light = computes > LIGHT_ABOVE
+    if light and not supports_light():
+        raise NoLightProfile(f"N={computes} needs the light testbed profile (`deploy/testbed/testbed up --light`), "
+                           "which this checkout's testbed does not have")
+    out: list[Series] = []
+    with BenchTestbed(computes, index, light=light) as bed:
+        forks = len(bed.nodes)
+        best = None
+        if "ansible" in peers:
+            best = AnsibleProject(root=bed.work / "ansible-best", ssh_config=bed.ssh_config, hosts=bed.nodes,
+                                  forks=forks, pipelining=True, gathering="explicit", persist="30m")
+            best.write(bed.desired)
+        pyinfra = None
+        if "pyinfra" in peers:
+            pyinfra = PyinfraProject(bed.work / "pyinfra", bed.ssh_config, bed.known_hosts, bed.nodes, forks)
+            pyinfra.write(bed.desired)
+        try:
+            if "noop" in sections:
+                out.append(_noop(bed, runs, peers, best, pyinfra))
+            if "drift" in sections:
+                out.append(_drift(bed, runs, peers, best))
+        finally:
+            if best:
+                best.close_masters()
+    return out
