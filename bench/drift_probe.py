@@ -6,8 +6,8 @@ desired state has checks on a 10 min interval, none due) and no metrics server. 
 connections; then one drift check per line read on stdin, each one `cycle("drift", force=True)`: what the
 daemon does when the drift interval comes (hash and load the desired state, gather over the open sessions,
 plan, record in state.db, export metrics). Each is timed: wall, CPU of this process (every thread) plus its
-live ProxyCommand children (/proc), and the gather and plan inside it. Every check must say in-sync and open no connection.
-Prints a JSON line per cycle on stdout; the daemon's JSON log goes to WORK/daemon.log.
+live ProxyCommand children (/proc), and the gather and plan inside it. Every check must say in-sync and open
+no connection. Prints a JSON line per cycle on stdout; the daemon's JSON log goes to WORK/daemon.log.
 """
 
 from __future__ import annotations
