@@ -139,8 +139,14 @@ def cluster_yaml(s: dict[str, Any]) -> str:
 """
 
 
+# Light nodes run sshd only. This STAND-IN service manager reports every service running and does nothing, so
+# that the light desired state's Slurm files are compared (and written) without daemons to start or restart.
+LIGHT_SERVICE_MANAGER = '{type: custom, start: "true", stop: "true", restart: "true", status: "true"}'
+
+
 def nodes_yaml(s: dict[str, Any]) -> str:
     """nodes.yaml: every node reached through the testbed's ssh_config and known_hosts."""
+    manager = LIGHT_SERVICE_MANAGER if s.get("light") else "{type: supervisord}"
     return header("inventory, reached through the testbed's ssh_config") + f"""ssh:
   config: {q(s["ssh_config"])}
   known_hosts: {q(s["known_hosts"])}
@@ -148,7 +154,7 @@ def nodes_yaml(s: dict[str, Any]) -> str:
   host_key_policy: reject
   user: root
   connect_timeout: 10
-  service_manager: {{type: supervisord}}
+  service_manager: {manager}
 nodes:
   - name: ctl
     roles: [controller, login, nfs-server]

@@ -436,6 +436,13 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
         whiteout(upper, str(BASE).lstrip("/"))
     host_key_line = f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
     if layout.light:  # sshd as the only daemon, started by node_init's light PID 1: no munge, Slurm, stand-ins
+        # The Slurm files the desired state compares (no daemon reads them), and STAND-INS for the two Slurm
+        # commands the reconciler asks the controller (an empty view: no daemon answers): a light cluster can
+        # converge, so a no-op plan and a drift check exist at hundreds of nodes.
+        put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
+        put(upper, "etc/slurm/gres.conf", gres_conf(layout))
+        for command in ("scontrol", "squeue"):
+            put(upper, f"usr/local/bin/{command}", LIGHT_SLURM_STANDIN.format(command=command), 0o755)
         return host_key_line
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
@@ -453,6 +460,12 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
     if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
         put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
     return host_key_line
+
+
+LIGHT_SLURM_STANDIN = """#!/bin/sh
+# STAND-IN for {command} on a light testbed node (no Slurm daemons): answers nothing, successfully.
+exit 0
+"""
 
 
 def install_standins(upper: Path) -> None:

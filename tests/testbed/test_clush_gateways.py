@@ -25,8 +25,9 @@ def gateway_state(bed: Testbed, into: Path) -> Path:
     shutil.copytree(bed.desired_state, into)
     nodes = into / "nodes.yaml"
     lines = "".join(f'    - {{name: {gw}, nodes: "{behind}"}}\n' for gw, behind in GATEWAYS.items())
-    text = nodes.read_text().replace("  service_manager: {type: supervisord}\n",
+    text = nodes.read_text().replace(f"  service_manager: {ALL_TRUE}\n",
                                      f"  service_manager: {ALL_TRUE}\n  gateways:\n{lines}")
+    assert "gateways:" in text
     nodes.write_text(text)
     return into
 
