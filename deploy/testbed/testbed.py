@@ -463,7 +463,11 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
 
 
 LIGHT_SLURM_STANDIN = """#!/bin/sh
-# STAND-IN for {command} on a light testbed node (no Slurm daemons): answers nothing, successfully.
+# STAND-IN for {command} on a light testbed node (no Slurm daemons): answers nothing, successfully, except
+# `scontrol show node -o NAME`, which says the node is idle (so a restart's readiness check passes).
+if [ "{command}" = scontrol ] && [ "$1" = show ] && [ "$2" = node ] && [ "$3" = -o ] && [ -n "$4" ]; then
+    echo "NodeName=$4 State=IDLE"
+fi
 exit 0
 """
 
