@@ -242,6 +242,22 @@ def _bounds_error(text: str, rel: str, limits: LoadLimits) -> ConfigError | None
     return None
 
 
+# A raw NEL is a line break to YAML, folded into a space in a plain or quoted scalar: the value read would not be
+# the one written, and no value check could see it. (U+2028/U+2029 reach the value checks unchanged.)
+FOLDED_BREAKS = {"\x85": "U+0085 (NEL)"}
+
+
+def _folded_break_error(text: str, rel: str) -> ConfigError | None:
+    """Refuse, at its file:line:col, a raw line break that YAML would silently turn into another character."""
+    at = min((i for i in (text.find(ch) for ch in FOLDED_BREAKS) if i >= 0), default=-1)
+    if at < 0:
+        return None
+    line = text.count("\n", 0, at) + 1
+    column = at - text.rfind("\n", 0, at)
+    return ConfigError(Location(rel, line, column), (), f"invalid YAML: raw {FOLDED_BREAKS[text[at]]} character; "
+                       "YAML reads it as a line break, so the value would change: remove it")
+
+
 def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None) -> Any:
     limits = limits or LoadLimits.from_env()
     text = ""
@@ -252,7 +268,7 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLim
                                       f"than {limits.max_file_bytes} bytes"))
             return None
         text = path.read_text(encoding="utf-8")
-        bounds = _bounds_error(text, rel, limits)
+        bounds = _bounds_error(text, rel, limits) or _folded_break_error(text, rel)
         if bounds is not None:
             errors.append(bounds)
             return None

@@ -297,3 +297,23 @@ def test_not_a_directory(tmp_path: Path) -> None:
     """A missing directory and an empty one are errors too."""
     assert "not a directory" in str(_errors(tmp_path / "missing")[0])
     assert "no YAML files" in str(_errors(tmp_path)[0])
+
+
+def test_raw_nel_is_refused_at_its_line_not_folded_into_a_space(tmp_path: Path) -> None:
+    """YAML reads U+0085 as a line break and folds it into a space: the file is refused where it stands."""
+    import shutil
+
+    from reconciler.loader import DesiredStateError, load_dir
+
+    state = tmp_path / "state"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "desired-state", state)
+    cluster = state / "cluster.yaml"
+    lines = cluster.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines) if "SlurmUser: slurm" in line)
+    lines[number] = lines[number].replace("SlurmUser: slurm", "SlurmUser: slu\x85rm")
+    cluster.write_text("".join(lines))
+    with pytest.raises(DesiredStateError) as caught:
+        load_dir(state)
+    [error] = caught.value.errors
+    assert error.location is not None and error.location.file == "cluster.yaml"
+    assert error.location.line == number + 1 and "U+0085" in error.message
