@@ -243,6 +243,16 @@ def markdown_report(results: dict[str, Any], plot_name: str | None) -> str:
     return "\n".join(out)
 
 
+def _node_axes(ax: Any, nodes: list[int], title: str) -> None:
+    """Log-log axes of wall time against compute nodes, one tick per node count measured."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(nodes, [str(v) for v in nodes])
+    ax.set_xlabel("compute nodes (+ ctl)")
+    ax.set_ylabel("wall time (s)")
+    ax.set_title(title)
+
+
 def plot(results: dict[str, Any], path: Path) -> Path | None:
     """A PNG with one panel per measured section; None when there is nothing to draw."""
     import matplotlib
@@ -264,13 +274,8 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
             for tool in dict.fromkeys(r["tool"] for r in rows):
                 mine = [r for r in rows if r["tool"] == tool]
                 ax.plot([r["computes"] for r in mine], [r["wall_s"] for r in mine], "o-", label=mine[0]["label"])
-            n = sorted({r["computes"] for r in rows})
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(n, [str(v) for v in n])
-            ax.set_xlabel("compute nodes (+ ctl)")
-            ax.set_ylabel("wall time (s)")
-            ax.set_title("no-op: cold, against peers" if key == "noop" else "drift check: warm")
+            _node_axes(ax, sorted({r["computes"] for r in rows}),
+                       "no-op: cold, against peers" if key == "noop" else "drift check: warm")
             ax.legend(fontsize=6)
         elif key == "change":
             rows = results[key]
@@ -280,12 +285,7 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
             for r in rows:
                 ax.annotate(f"{r['ratio']:.1f}x", (r["computes"], r["ansible_s"]), textcoords="offset points",
                             xytext=(0, 6), ha="center", fontsize=8)
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(n, [str(v) for v in n])
-            ax.set_xlabel("compute nodes (+ ctl)")
-            ax.set_ylabel("wall time (s)")
-            ax.set_title("no-op: plan vs --check --diff" if key == "noop" else "one-line change applied")
+            _node_axes(ax, n, "one-line change applied")
             ax.legend()
         elif key == "scale":
             rows = results["scale"]

@@ -7,6 +7,7 @@ use it without importing the top-level command, which imports them.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import click
 
@@ -15,12 +16,17 @@ from reconciler.loader import DesiredStateError, LoadedState, load_dir
 DEFAULT_DIR = "desired-state"
 
 
+def exit_with_errors(exc: DesiredStateError, where: str) -> NoReturn:
+    """Print every error of a failed load, then how many and where, and exit 1."""
+    for error in exc.errors:
+        click.echo(f"error: {error}", err=True)
+    click.echo(f"{len(exc.errors)} error(s) in {where}", err=True)
+    sys.exit(1)
+
+
 def load_or_exit(directory: str) -> LoadedState:
     """Load a desired-state directory, or print every error and exit 1."""
     try:
         return load_dir(directory)
     except DesiredStateError as exc:
-        for error in exc.errors:
-            click.echo(f"error: {error}", err=True)
-        click.echo(f"{len(exc.errors)} error(s) in {directory}; nothing was applied.", err=True)
-        sys.exit(1)
+        exit_with_errors(exc, f"{directory}; nothing was applied.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from reconciler import hostlist
 from reconciler import params as slurm_params
@@ -115,6 +115,16 @@ def _selected(nodes: str | None, wanted: list[str], roles: dict[str, set[str]]) 
     return [n for n in roles if n in named or roles[n] & set(wanted)]
 
 
+def _claim(taken: dict[tuple[str, str], int], keys: Iterable[tuple[str, str]],
+           index: int) -> tuple[tuple[str, str], int] | None:
+    """Record INDEX as the owner of each key; the first key another entry owns already, with that entry."""
+    for key in keys:
+        if key in taken:
+            return key, taken[key]
+        taken[key] = index
+    return None
+
+
 def _services(state: DesiredState, known: set[str], roles: dict[str, set[str]],
               stopped: dict[tuple[str, str], int]) -> Iterator[Problem]:
     """Unknown nodes, one entry per service and node, `enabled` only where systemd runs; fills STOPPED."""
@@ -124,18 +134,16 @@ def _services(state: DesiredState, known: set[str], roles: dict[str, set[str]],
         if service.nodes and (missing := _unknown(service.nodes, known)):
             yield ("services", index, "nodes"), f"unknown nodes: {_names(missing)}"
         nodes = _selected(service.nodes, list(service.roles), roles)
-        for name in nodes:
-            key = (name, service.name)
-            if key in seen:
-                yield ("services", index, "name"), (f"service {service.name} on node {name} is also in "
-                                                    f"services[{seen[key]}]")
-                break
-            seen[key] = index
-            if service.state == "stopped":
-                stopped[key] = index
-        if service.enabled is not None and (other := [n for n in nodes if managers.get(n) != "systemd"]):
-            yield ("services", index, "enabled"), (f"enabled is for systemd nodes; {_names(other)} use "
-                                                   f"{managers[other[0]]} (leave enabled out or null)")
+        keys = [(name, service.name) for name in nodes]
+        if clash := _claim(seen, keys, index):
+            (name, _), other = clash
+            yield ("services", index, "name"), f"service {service.name} on node {name} is also in services[{other}]"
+            keys = keys[:keys.index(clash[0])]  # what this entry claimed before the clash
+        if service.state == "stopped":
+            stopped.update(dict.fromkeys(keys, index))
+        if service.enabled is not None and (elsewhere := [n for n in nodes if managers.get(n) != "systemd"]):
+            yield ("services", index, "enabled"), (f"enabled is for systemd nodes; {_names(elsewhere)} use "
+                                                   f"{managers[elsewhere[0]]} (leave enabled out or null)")
 
 
 def _other_owners(state: DesiredState) -> dict[str, str]:
@@ -162,13 +170,9 @@ def _files(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> 
         if item.path in owners:
             yield ("files", index, "path"), f"{item.path} is managed by {owners[item.path]}: not a place for files:"
         nodes = _selected(item.nodes, list(item.roles), roles)
-        for name in nodes:
-            key = (name, item.path)
-            if key in taken:
-                yield ("files", index, "path"), (f"files[{index}] and files[{taken[key]}] both write {item.path} "
-                                                 f"on node {name}")
-                break
-            taken[key] = index
+        if clash := _claim(taken, [(name, item.path) for name in nodes], index):
+            (name, _), other = clash
+            yield ("files", index, "path"), f"files[{index}] and files[{other}] both write {item.path} on node {name}"
         for number, (kind, target, _) in enumerate(item.notifications()):
             off = [n for n in nodes if (n, target) in stopped] if kind in ("restart", "reload") else []
             if off:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from reconciler.cli_support import exit_with_errors
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.loader import DesiredStateError
 
@@ -20,10 +21,7 @@ def _config_or_exit(path: str) -> DaemonConfig:
     try:
         return load_config(path)
     except DesiredStateError as exc:
-        for error in exc.errors:
-            click.echo(f"error: {error}", err=True)
-        click.echo(f"{len(exc.errors)} error(s) in {path}", err=True)
-        sys.exit(1)
+        exit_with_errors(exc, path)
 
 
 @click.command()

@@ -21,7 +21,7 @@ from ruamel.yaml import YAML
 
 from reconciler import params as slurm_params
 from reconciler import values as value_rules
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.model import DesiredState
 from reconciler.render import render_file
 from tests.hostile.parsers import exports_entries, fstab_entries, slurm_lines
@@ -221,20 +221,26 @@ def _write(data: dict[str, Any], directory: Path) -> None:
         (directory / f"{key}.yaml").write_text(out.getvalue(), encoding="utf-8")
 
 
+def _load_or_located_errors(data: dict[str, Any]) -> LoadedState | None:
+    """Write DATA as a desired state and load it; None when refused, every error then naming file:line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _write(data, Path(tmp))
+        try:
+            return load_dir(tmp)
+        except DesiredStateError as exc:
+            assert all(e.location is not None and e.location.line >= 1 for e in exc.errors), exc
+            return None
+
+
 @given(field=st.sampled_from(sorted(FIELDS)),
        value=st.tuples(st.sampled_from(["", "/", "/srv/", "ctl:/"]), HOSTILE).map("".join))
 def test_hostile_strings_are_refused_or_read_back(field: str, value: str) -> None:
     setter, reader = FIELDS[field]
     data = base()
     setter(data, value)
-    with tempfile.TemporaryDirectory() as tmp:
-        _write(data, Path(tmp))
-        try:
-            loaded = load_dir(tmp)
-        except DesiredStateError as exc:
-            assert all(e.location is not None and e.location.line >= 1 for e in exc.errors), exc
-            return
-    assert reader(loaded.state) == value, f"{field}: {value!r} read back differently"
+    loaded = _load_or_located_errors(data)
+    if loaded is not None:
+        assert reader(loaded.state) == value, f"{field}: {value!r} read back differently"
 
 
 # ---------------------------------------------------------------- Lustre mounts (issue 14)
@@ -274,13 +280,9 @@ def test_valid_lustre_mounts_read_back_exactly(source: str, options: list[str]) 
 def test_hostile_lustre_values_are_refused_or_read_back(field: str, value: str) -> None:
     data = _lustre_base(value, ["_netdev"]) if field == "source" else _lustre_base("10.0.0.5@tcp:/lfs",
                                                                                    ["_netdev", value])
-    with tempfile.TemporaryDirectory() as tmp:
-        _write(data, Path(tmp))
-        try:
-            loaded = load_dir(tmp)
-        except DesiredStateError as exc:
-            assert all(e.location is not None and e.location.line >= 1 for e in exc.errors), exc
-            return
+    loaded = _load_or_located_errors(data)
+    if loaded is None:
+        return
     _, _, kind, options = fstab_entries(_render(loaded.state, "gpu01", "fstab"))[1][:4]
     assert kind == "lustre"
     if field == "source":
