@@ -70,6 +70,20 @@ class Transport(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
+@runtime_checkable
+class AgentTransport(Protocol):
+    """A transport that can keep a command running per node and ask it one line at a time (persistent sessions)."""
+
+    agents: bool  # False: `ask_many` is not to be used (a one-shot transport)
+
+    def ask_many(self, nodes: list[NodeSpec], command: str, line: Callable[[NodeSpec], str], *,
+                 timeout: float | None = None) -> dict[str, CommandResult]:
+        """Ask each node's running COMMAND (started on first use) one line; its answer line is the stdout.
+
+        For idempotent questions only: an agent found dead is started again and asked once more."""
+        ...
+
+
 class BaseTransport:
     """Shared machinery: bounded parallel `run_many`, round-trip counters, context manager."""
 
@@ -106,29 +120,36 @@ class BaseTransport:
     def run_many(self, nodes: list[NodeSpec], command: CommandFor, *, stdin: StdinFor = None,
                  timeout: float | None = None) -> dict[str, CommandResult]:
         """Run on many nodes with at most `forks` at a time; a callable giving None skips that node."""
-        unique: dict[str, NodeSpec] = {}
-        for spec in nodes:
-            unique.setdefault(spec.name, spec)
-        if not unique:
-            return {}
-        with ThreadPoolExecutor(max_workers=min(self.forks, len(unique)), thread_name_prefix="ssh") as pool:
-            futures = [(name, pool.submit(self._run_one, spec, command, stdin, timeout))
-                       for name, spec in unique.items()]
-            results = {name: future.result() for name, future in futures}
-        return {name: result for name, result in results.items() if result is not None}
-
-    def _run_one(self, spec: NodeSpec, command: CommandFor, stdin: StdinFor,
-                 timeout: float | None) -> CommandResult | None:
-        """Resolve this node's command and stdin and run it; any exception becomes an error result."""
-        try:
+        def one(spec: NodeSpec) -> CommandResult | None:
             cmd = command(spec) if callable(command) else command
             if cmd is None:
                 return None
             data = stdin(spec) if callable(stdin) else stdin
             return self.run(spec, cmd, stdin=data, timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - one node's failure must not abort the others
-            error = f"internal error: {type(exc).__name__}: {exc}"
-            return CommandResult(spec.name, None, "", "", 0.0, error=error)
+
+        return self.map_nodes(nodes, one)
+
+    def map_nodes(self, nodes: list[NodeSpec],
+                  one: Callable[[NodeSpec], CommandResult | None]) -> dict[str, CommandResult]:
+        """Call ONE for every distinct node, at most `forks` at a time; None results are left out, and an
+        exception becomes that node's error result (one node's failure never aborts the others)."""
+        unique: dict[str, NodeSpec] = {}
+        for spec in nodes:
+            unique.setdefault(spec.name, spec)
+        if not unique:
+            return {}
+
+        def guarded(spec: NodeSpec) -> CommandResult | None:
+            try:
+                return one(spec)
+            except Exception as exc:  # noqa: BLE001 - reported as the node's result
+                error = f"internal error: {type(exc).__name__}: {exc}"
+                return CommandResult(spec.name, None, "", "", 0.0, error=error)
+
+        with ThreadPoolExecutor(max_workers=min(self.forks, len(unique)), thread_name_prefix="ssh") as pool:
+            futures = [(name, pool.submit(guarded, spec)) for name, spec in unique.items()]
+            results = {name: future.result() for name, future in futures}
+        return {name: result for name, result in results.items() if result is not None}
 
     def __enter__(self) -> Self:
         return self

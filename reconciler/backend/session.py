@@ -55,14 +55,14 @@ def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None,
     deadline = time.monotonic() + timeout
     try:
         channel.settimeout(0.0)
-        if not _exec(channel, command, timeout):
+        if not exec_with_deadline(channel, command, timeout):
             return Outcome(None, b"", b"", timed_out=True)
         return _pump(channel, stdin or b"", deadline)
     finally:
         channel.close()
 
 
-def _exec(channel: paramiko.Channel, command: str, timeout: float) -> bool:
+def exec_with_deadline(channel: paramiko.Channel, command: str, timeout: float) -> bool:
     """Send the exec request; False when the server did not answer in time (paramiko would wait forever)."""
     fired = threading.Event()
 
@@ -138,7 +138,14 @@ def _wait(channel: paramiko.Channel, fd: int, seconds: float) -> None:
     if channel.eof_received:
         channel.status_event.wait(seconds)  # the pipe stays readable after EOF: wait on the status instead
         return
+    wait_readable(fd, seconds)
+
+
+def wait_readable(fd: int, seconds: float) -> None:
+    """Sleep until FD is readable or SECONDS pass (poll(2): select() fails for descriptors past 1023)."""
+    poller = select.poll()
     try:
-        select.select([fd], [], [], seconds)
+        poller.register(fd, select.POLLIN)
+        poller.poll(max(0, int(seconds * 1000)))
     except (OSError, ValueError):
         time.sleep(min(seconds, 0.01))

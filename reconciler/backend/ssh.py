@@ -6,6 +6,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import paramiko
 from fabric.connection import derive_shorthand
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from reconciler.backend.agent import AgentChannel, AgentExited, AgentTimeout
 from reconciler.backend.base import BaseTransport, CommandResult
 from reconciler.backend.hostkeys import (
     HostKeyCheck,
@@ -134,8 +136,9 @@ class _Connection(fabric.Connection):
 class SSHTransport(BaseTransport):
     """Runs commands on nodes over SSH, as root (through `sudo -n` for other users)."""
 
-    def __init__(self, ssh: SSHDefaults, base_dir: Path, *, forks: int | None = None) -> None:
+    def __init__(self, ssh: SSHDefaults, base_dir: Path, *, forks: int | None = None, agents: bool = False) -> None:
         super().__init__(forks or ssh.forks)
+        self.agents = agents  # the daemon's persistent transport: keep a fact agent running per node
         self.ssh = ssh
         self.base_dir = Path(base_dir)
         self.connects: dict[str, int] = {}
@@ -147,6 +150,8 @@ class SSHTransport(BaseTransport):
         self._node_locks: dict[str, threading.Lock] = {}
         self._last_used: dict[str, float] = {}
         self._known_stamp: dict[Path, tuple[float, int] | None] = {}
+        self._agents: dict[str, AgentChannel] = {}
+        self._agent_locks: dict[str, threading.Lock] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------ public API
@@ -181,13 +186,61 @@ class SSHTransport(BaseTransport):
             error = "no exit status: the command was killed by a signal or its session ended"
         return CommandResult(node.name, outcome.exit_code, stdout, stderr, time.monotonic() - start, error)
 
+    def ask(self, node: NodeSpec, command: str, line: str, *, timeout: float | None = None) -> CommandResult:
+        """Ask the node's running COMMAND one line (starting it if needed); the answer line is the stdout.
+
+        Idempotent questions only: an agent that had answered before and is found gone (its connection dropped,
+        the node rebooted) is started again and asked once more. One that exits before its first answer is
+        reported with its exit code and stderr (e.g. 127: no python3), like a command that failed.
+        """
+        start = time.monotonic()
+        limit = float(timeout if timeout is not None else self.ssh.command_timeout)
+        with self._agent_lock(node.name):
+            for attempt in (1, 2):
+                try:
+                    agent = self._agent(node, command)
+                except ConnectError as exc:
+                    return CommandResult(node.name, None, "", "", time.monotonic() - start, error=str(exc))
+                self.count_round_trip(node.name)
+                try:
+                    answer = agent.ask(line.encode("utf-8"), limit)
+                except AgentTimeout:
+                    self._forget_agent(node.name, agent)
+                    return CommandResult(node.name, None, "", "", time.monotonic() - start,
+                                         error=f"command timed out after {limit:g}s")
+                except AgentExited as exc:
+                    self._forget_agent(node.name, agent)
+                    if exc.answered and attempt == 1:
+                        continue
+                    if exc.exit_code is None:
+                        return CommandResult(node.name, None, "", exc.stderr, time.monotonic() - start,
+                                             error=f"the fact agent on {node.name} ended: {exc}")
+                    return CommandResult(node.name, exc.exit_code, "", exc.stderr, time.monotonic() - start)
+                return CommandResult(node.name, 0, answer.decode("utf-8", errors="replace"), "",
+                                     time.monotonic() - start)
+        raise AssertionError("unreachable")
+
+    def ask_many(self, nodes: list[NodeSpec], command: str, line: Callable[[NodeSpec], str], *,
+                 timeout: float | None = None) -> dict[str, CommandResult]:
+        """`ask` on many nodes in parallel, at most `forks` at a time."""
+        return self.map_nodes(nodes, lambda spec: self.ask(spec, command, line(spec), timeout=timeout))
+
+    def agent_count(self) -> int:
+        """How many agents are running (started and not known to be gone)."""
+        with self._lock:
+            return sum(1 for agent in self._agents.values() if agent.alive)
+
     def close(self) -> None:
-        """Close every node connection and every bastion connection."""
+        """Close every agent, node connection and bastion connection."""
         with self._lock:
             connections = list(self._connections.values())
             gateways = list(self._gateways.values())
+            agents = list(self._agents.values())
             self._connections.clear()
             self._gateways.clear()
+            self._agents.clear()
+        for agent in agents:
+            agent.close()
         for cxn in connections:
             _close_quietly(cxn)
         for gateway in gateways:
@@ -199,6 +252,9 @@ class SSHTransport(BaseTransport):
         with self._lock:
             cxn = self._connections.pop(node, None)
             self._failures.pop(node, None)
+            agent = self._agents.pop(node, None)
+        if agent is not None:
+            agent.close()
         if cxn is not None:
             _close_quietly(cxn)
 
@@ -225,9 +281,12 @@ class SSHTransport(BaseTransport):
         with self._lock:
             idle = [name for name in self._connections if now - self._last_used.get(name, 0.0) > max_idle]
             closing = [self._connections.pop(name) for name in idle]
+            agents = [self._agents.pop(name) for name in idle if name in self._agents]
             in_use = {id(cxn.gateway) for cxn in self._connections.values()}
             unused = [key for key, gw in self._gateways.items() if id(gw) not in in_use]
             gateways = [self._gateways.pop(key) for key in unused]
+        for agent in agents:
+            agent.close()
         for cxn in closing:
             _close_quietly(cxn)
         for gateway in gateways:
@@ -298,11 +357,49 @@ class SSHTransport(BaseTransport):
             raise ConnectError(f"cannot open a session on {_where(cxn)}: {exc}") from exc
 
     def _drop(self, name: str, cxn: _Connection) -> None:
-        """Forget a broken connection (not the node's failure record) and close it."""
+        """Forget a broken connection (not the node's failure record) and close it, with the agent on it."""
         with self._lock:
             if self._connections.get(name) is cxn:
                 del self._connections[name]
+            agent = self._agents.get(name)
+            if agent is not None and agent.channel.get_transport() is cxn.client.get_transport():
+                del self._agents[name]
+            else:
+                agent = None
+        if agent is not None:
+            agent.close()
         _close_quietly(cxn)
+
+    def _agent(self, node: NodeSpec, command: str) -> AgentChannel:
+        """The node's running agent for COMMAND, started on a new session channel when there is none alive."""
+        with self._lock:
+            agent = self._agents.get(node.name)
+        if agent is not None and agent.alive and agent.command == command:
+            self._last_used[node.name] = time.monotonic()
+            return agent
+        if agent is not None:
+            self._forget_agent(node.name, agent)
+        cxn = self._connection(node)
+        channel = self._channel(node, cxn)
+        try:
+            agent = AgentChannel(channel, command, self.ssh.connect_timeout, exec_as=wrap_command(command, cxn.user))
+        except (paramiko.SSHException, EOFError, OSError, AgentTimeout) as exc:
+            channel.close()
+            raise ConnectError(f"cannot start the fact agent on {_where(cxn)}: {_reason(exc)}") from exc
+        with self._lock:
+            self._agents[node.name] = agent
+        return agent
+
+    def _forget_agent(self, name: str, agent: AgentChannel) -> None:
+        """Close an agent and forget it if it is still the node's."""
+        with self._lock:
+            if self._agents.get(name) is agent:
+                del self._agents[name]
+        agent.close()
+
+    def _agent_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._agent_locks.setdefault(name, threading.Lock())
 
     def _node_lock(self, name: str) -> threading.Lock:
         with self._lock:
@@ -537,6 +634,12 @@ class IdempotentCommands(BaseTransport):
         super().__init__(inner.forks)
         self.inner = inner
         self.round_trips = inner.round_trips
+        self.agents = inner.agents
+
+    def ask_many(self, nodes: list[NodeSpec], command: str, line: Callable[[NodeSpec], str], *,
+                 timeout: float | None = None) -> dict[str, CommandResult]:
+        """The inner transport's agents (their questions are idempotent by contract)."""
+        return self.inner.ask_many(nodes, command, line, timeout=timeout)
 
     def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
             timeout: float | None = None) -> CommandResult:

@@ -1,8 +1,11 @@
 """The daemon's SSH sessions: one transport that outlives cycles, rebuilt when the inventory or SSH settings change.
 
 - The loop leases the transport for a cycle (`lease(loaded, forks, cycle=True)`), the check worker for a check
-  run; connections stay open between cycles (paramiko keepalives every 30 s), so a steady-state drift check
-  opens only channels.
+  run; connections stay open between cycles (paramiko keepalives every 30 s), and each node keeps a fact agent
+  running on its connection (`reconciler/backend/agent.py`): a steady-state drift check is one request line and
+  one answer line per node, with no channel, shell or interpreter started.
+- With `ssh.gateways`, the lease is a ClusterShell transport for the nodes behind gateways (one-shot fact
+  gathering through the tree) over the persistent transport for the others.
 - A dead connection is noticed before use and replaced (the host key is checked again, against the same
   known_hosts, re-read when edited); a node that failed to connect is tried again the next cycle.
 - Connections unused for `ssh_idle_timeout` are closed by `reap`; with `ssh_idle_timeout: 0` every lease gets a
@@ -21,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from reconciler.backend.base import Transport
 from reconciler.backend.ssh import SSHTransport
 from reconciler.inventory import node_specs
 from reconciler.loader import LoadedState
@@ -53,13 +57,18 @@ class Sessions:
         return self.idle_timeout > 0
 
     @contextmanager
-    def lease(self, loaded: LoadedState, forks: int | None, *, cycle: bool = False) -> Iterator[SSHTransport]:
+    def lease(self, loaded: LoadedState, forks: int | None, *, cycle: bool = False) -> Iterator[Transport]:
         """The transport for this desired state; CYCLE: a reconcile starts (retry nodes that failed before)."""
         transport = self._acquire(loaded, forks)
         if cycle and self.persistent:
             transport.new_cycle()
         try:
-            yield transport
+            if loaded.state.ssh.gateways:
+                from reconciler.backend.clush import ClushTransport
+
+                yield ClushTransport(loaded.state.ssh, Path(loaded.root), forks=forks, direct=transport)
+            else:
+                yield transport
         finally:
             self._release(transport)
 
@@ -72,7 +81,8 @@ class Sessions:
                 if self._transport is None or key != self._key:
                     if self._transport is not None:
                         self._retired.append(self._transport)
-                    self._transport, self._key = SSHTransport(loaded.state.ssh, Path(loaded.root), forks=forks), key
+                    self._transport = SSHTransport(loaded.state.ssh, Path(loaded.root), forks=forks, agents=True)
+                    self._key = key
                 transport = self._transport
             self._users[id(transport)] = self._users.get(id(transport), 0) + 1
             closing = self._collect()

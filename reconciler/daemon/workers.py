@@ -35,7 +35,7 @@ from reconciler.loader import LoadedState
 from reconciler.model import parse_duration
 
 if TYPE_CHECKING:
-    from reconciler.backend.ssh import SSHTransport
+    from reconciler.backend.base import Transport
     from reconciler.daemon.loop import Reconciler
 
 CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
@@ -105,7 +105,7 @@ class CheckWorker(threading.Thread):
         self.wake = threading.Event()
         self._lock = threading.Lock()
         self._requested: tuple[list[str] | None, str] | None = None
-        self._current: tuple[LoadedState, SSHTransport] | None = None
+        self._current: tuple[LoadedState, Transport] | None = None
         self.log = structlog.get_logger("reconciler")
 
     def request(self, names: list[str] | None, why: str) -> None:

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from reconciler.backend.base import CommandResult, Transport
+from reconciler.backend.base import AgentTransport, CommandResult, Transport
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
 from reconciler.facts import parsers
-from reconciler.facts.gather import GATHER_COMMAND, FactRequest
+from reconciler.facts.gather import AGENT_COMMAND, GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
 from reconciler.services import ENABLED, parse_enabled, parse_status, status_command, status_python
 
@@ -49,6 +49,8 @@ def parse_node_facts(ctx: Context, node: str, result: CommandResult,
                          error=f"fact gathering failed: {why}"), {}
     try:
         raw = json.loads(result.stdout)
+        if "error" in raw and "files" not in raw:  # the script could not read the request
+            return NodeFacts(node=node, reachable=False, error=f"fact gathering failed: {raw['error']}"), {}
         commands: dict[str, dict] = raw.get("commands", {})
         facts = NodeFacts(
             node=node, reachable=True, hostname=raw.get("hostname"),
@@ -77,8 +79,12 @@ def gather(ctx: Context, transport: Transport, drivers: Sequence[Driver]) -> Clu
     targets = {spec.name: spec for spec in ctx.targets()}
     targets.setdefault(ctx.controller, ctx.specs[ctx.controller])
     requests = {name: build_request(ctx, name, drivers) for name in targets}
-    results = transport.run_many(list(targets.values()), GATHER_COMMAND,
-                                 stdin=lambda spec: requests[spec.name].to_json())
+    if isinstance(transport, AgentTransport) and transport.agents:  # the daemon: one line to each node's agent
+        results = transport.ask_many(list(targets.values()), AGENT_COMMAND,
+                                     lambda spec: requests[spec.name].encode())
+    else:
+        results = transport.run_many(list(targets.values()), GATHER_COMMAND,
+                                     stdin=lambda spec: requests[spec.name].encode())
     cluster = ClusterFacts(controller=ctx.controller)
     for name in targets:
         facts, commands = parse_node_facts(ctx, name, results[name], requests[name].services)

@@ -134,7 +134,7 @@ def test_shipped_sudoers_rule_runs_the_reconcilers_commands_and_nothing_else(
     request = FactRequest(files=["/etc/shadow"], commands={"uid": "id -u"})
     with SSHTransport(ssh, tmp_path) as transport:
         result = transport.run(node(sshd.port, client_key[0], shipped_rule_user), GATHER_COMMAND,
-                               stdin=request.to_json())
+                               stdin=request.encode())
     assert result.ok, result.describe()
     facts = json.loads(result.stdout)
     assert facts["commands"]["uid"]["stdout"] == "0\n"

@@ -25,6 +25,12 @@ def ssh_peers(d: DaemonBed, node: str) -> set[str]:
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
+def fact_agents(d: DaemonBed, node: str) -> set[str]:
+    """PIDs of the fact agents (`python3 -I -S -c SCRIPT agent`) running on the node."""
+    out = d.bed.exec(node, "pgrep -f '^python3 -I -S -c .* agent$' || true").stdout
+    return set(out.split())
+
+
 def runs_ended(daemon: DaemonProcess, trigger: str | None = None) -> list[dict[str, object]]:
     """The run.end events whose run.start had this trigger (all when None)."""
     events = daemon.events()
@@ -40,19 +46,23 @@ def connects(daemon: DaemonProcess) -> float:
 
 
 def test_steady_state_drift_checks_open_no_connection_and_reconnect_after_a_kill(dbed: DaemonBed) -> None:
-    """Drift checks every 2 s reuse the connections (same sshd peers on every node, no connect counted);
-    a connection reset between cycles (`ss -K` inside gpu01) is replaced by the next cycle, which succeeds."""
+    """Drift checks every 2 s reuse the connections (same sshd peers on every node, no connect counted) and
+    ask the same fact agent on each node (one python3, the same PID every cycle); a connection reset between
+    cycles (`ss -K` inside gpu01) is replaced by the next cycle, which succeeds with a new agent there."""
     daemon = dbed.daemon(drift_interval="2s", poll_interval="1s")
     try:
         daemon.wait_applied(dbed.remote.head())
         daemon.wait_for("a drift check", lambda: runs_ended(daemon, "drift-check"), timeout=30)
         before = {node: ssh_peers(dbed, node) for node in NODES}
         assert all(len(peers) == 1 for peers in before.values()), before
+        agents = {node: fact_agents(dbed, node) for node in NODES}
+        assert all(len(pids) == 1 for pids in agents.values()), agents
         counted = connects(daemon)
         seen = len(runs_ended(daemon, "drift-check"))
         daemon.wait_for("three more drift checks", lambda: len(runs_ended(daemon, "drift-check")) >= seen + 3,
                         timeout=30)
         assert {node: ssh_peers(dbed, node) for node in NODES} == before
+        assert {node: fact_agents(dbed, node) for node in NODES} == agents
         assert connects(daemon) == counted
         assert all(e["outcome"] == "in-sync" for e in runs_ended(daemon, "drift-check")[seen:])
 
@@ -64,6 +74,9 @@ def test_steady_state_drift_checks_open_no_connection_and_reconnect_after_a_kill
         assert after["gpu01"] != before["gpu01"] and len(after["gpu01"]) == 1
         assert after["ctl"] == before["ctl"] and after["gpu02"] == before["gpu02"]
         assert connects(daemon) == counted + 1
+        new_agents = {node: fact_agents(dbed, node) for node in NODES}
+        assert len(new_agents["gpu01"]) == 1 and new_agents["gpu01"] != agents["gpu01"], new_agents
+        assert new_agents["ctl"] == agents["ctl"] and new_agents["gpu02"] == agents["gpu02"]
     finally:
         assert daemon.stop() < 30
 

@@ -21,7 +21,7 @@ from reconciler.services import status_python
 
 
 def _gather(request: FactRequest) -> dict[str, dict[str, object]]:
-    done = subprocess.run(["sh", "-c", GATHER_COMMAND], input=request.to_json(), capture_output=True, text=True,
+    done = subprocess.run(["sh", "-c", GATHER_COMMAND], input=request.encode(), capture_output=True, text=True,
                           timeout=60, check=True)
     commands: dict[str, dict[str, object]] = json.loads(done.stdout)["commands"]
     return commands

@@ -251,7 +251,7 @@ def test_secret_write_keeps_no_backup_and_hash_only_fact_has_no_content(tmp_path
     assert target.read_bytes() == new and oct(target.stat().st_mode & 0o777) == "0o400"
     assert sorted(p.name for p in target.parent.iterdir()) == ["munge.key"]
     request = FactRequest(hashes=[str(target)], files=[str(tmp_path / "other")])
-    facts = subprocess.run(["sh", "-c", GATHER_COMMAND], input=request.to_json(), capture_output=True, text=True)
+    facts = subprocess.run(["sh", "-c", GATHER_COMMAND], input=request.encode(), capture_output=True, text=True)
     item = json.loads(facts.stdout)["files"][str(target)]
     assert item["sha256"] == hashlib.sha256(new).hexdigest() and item["mode"] == "0400" and "content" not in item
 
