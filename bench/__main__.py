@@ -28,7 +28,7 @@ from typing import Any
 
 from bench import daemon, nccl, peers, reconcile, scale
 from bench.ansible_project import ansible_playbook
-from bench.common import RESULTS, load_average, log, machine
+from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     args.argv = argv
+    compile_bytecode()
     results = run(args)
     print(text_report(results), end="")
     for path in write(results, args.out, with_plot=not args.no_plot):

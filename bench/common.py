@@ -27,6 +27,16 @@ def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def compile_bytecode() -> None:
+    """Write the checkout's .pyc files, as `pip install` does for an installed reconciler (and did for every
+    peer): with PYTHONDONTWRITEBYTECODE set, an editable checkout would otherwise compile every module from
+    source on every start, a cost no installed copy pays."""
+    import compileall
+
+    for package in ("reconciler", "drivers", "checks", "bench"):
+        compileall.compile_dir(str(REPO / package), quiet=1)
+
+
 def reconciler_argv(*args: str) -> list[str]:
     """`reconciler ARGS` run by this interpreter from this checkout (the console script's own `main`)."""
     return [sys.executable, "-m", "reconciler.cli", *args]

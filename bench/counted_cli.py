@@ -10,8 +10,12 @@ import json
 import sys
 from pathlib import Path
 
-from reconciler.backend.ssh import SSHTransport
-from reconciler.cli import main as reconciler_main
+from reconciler import startup
+
+startup.begin()  # as the console script does, before the imports below
+
+from reconciler.backend.ssh import SSHTransport  # noqa: E402
+from reconciler.cli import main as reconciler_main  # noqa: E402
 
 
 def counting(out: Path) -> None:

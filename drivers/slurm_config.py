@@ -35,6 +35,25 @@ SUPERVISOR_UPDATE = "supervisorctl reread && supervisorctl update slurmd"
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
 
 
+# Asked of the controller only: its slurmctld parses slurm.conf (slurmd may be up to two releases older, as
+# Slurm allows, and asking every node cost each a process start).
+VERSION_COMMAND = "slurmctld -V 2>/dev/null || sinfo -V"
+
+
+def version_mismatch(ctx: Context) -> str | None:
+    """A warning when the controller runs another Slurm release family than `cluster.slurm_version` says."""
+    facts = ctx.facts.nodes.get(ctx.controller)
+    running = facts.slurm_version if facts is not None and facts.reachable else None
+    if not running:
+        return None
+    family = ".".join(running.split(".")[:2])
+    if family == ctx.state.cluster.slurm_version:
+        return None
+    return (f"cluster.slurm_version is {ctx.state.cluster.slurm_version} but slurmctld on {ctx.controller} is "
+            f"{running}: parameters are checked, and reconfigure vs restart decided, for "
+            f"{ctx.state.cluster.slurm_version}; set cluster.slurm_version: \"{family}\"")
+
+
 class SlurmConfigDriver:
     """Keeps the Slurm configuration files in step with the desired state."""
 
@@ -55,8 +74,8 @@ class SlurmConfigDriver:
             path = _slurmd_start_file(ctx, node)
             if path:
                 req.files.append(path)
-        if self.files_for(ctx, node) or configless.is_client(ctx.state, node):
-            req.commands["slurm_version"] = "slurmd -V 2>/dev/null || slurmctld -V 2>/dev/null || sinfo -V"
+        if node == ctx.controller:  # the version slurm.conf is parsed by; slurmd may lag (Slurm allows it)
+            req.commands["slurm_version"] = VERSION_COMMAND
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """A change per Slurm file whose content (header aside) or mode differs; configless nodes: removal of
@@ -104,6 +123,9 @@ class SlurmConfigDriver:
         daemons that should run but do not are started (the first apply on a fresh cluster)."""
         family = ctx.state.cluster.slurm_version
         ctl = ctx.controller
+        mismatch = version_mismatch(ctx)
+        if mismatch:
+            plan.warnings.append(mismatch)
         compute = [n for n in slurm_nodes(ctx.state) if n in ctx.facts.nodes and ctx.facts.nodes[n].reachable
                    and (ctx.limit is None or n in ctx.limit)]
         compute_set = set(compute)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-import click
+from reconciler import startup
+
+if __name__ == "__main__":  # `python -m reconciler.cli`: start as the console script does
+    startup.begin()
+
+import click  # noqa: E402 - after startup.begin
 
 from reconciler import __version__
 from reconciler.cli_support import DEFAULT_DIR, load_or_exit
@@ -46,6 +51,7 @@ class _LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="reconciler")
 def main() -> None:
     """Declarative GitOps reconciler for GPU Slurm clusters."""
+    startup.settle()
 
 
 @main.command()
@@ -94,6 +100,7 @@ def _open(directory: str, limit: str | None, forks: int | None):  # type: ignore
     from reconciler.engine.run import open_reconcile
 
     loaded = load_or_exit(directory)
+    startup.settle()
     try:
         return open_reconcile(loaded, limit=limit, forks=forks)
     except HostlistError as exc:

@@ -13,8 +13,13 @@ SQUEUE_COMMAND = f"squeue -h -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o '{SQ
 SCONTROL_NODES_COMMAND = "scontrol show node -o"
 
 
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
 def _unescape_octal(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+    if "\\" not in text:  # the usual case: nothing escaped (a few ms per node of a plan's client time)
+        return text
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
 def parse_proc_mounts(text: str) -> list[MountFact]:
@@ -41,7 +46,9 @@ def parse_mountinfo(text: str) -> list[MountFact]:
         fstype, source = tail[0], _unescape_octal(tail[1])
         if root != "/" and ":" in source:
             source = source.rstrip("/") + root  # server:/export with root /sub -> server:/export/sub
-        mounts.append(MountFact(source=source, mountpoint=mountpoint, fstype=fstype, options=fields[5].split(",")))
+        # strings split out above: nothing to validate (model_construct skips pydantic's per-field checks)
+        mounts.append(MountFact.model_construct(source=source, mountpoint=mountpoint, fstype=fstype,
+                                                options=fields[5].split(",")))
     return mounts
 
 

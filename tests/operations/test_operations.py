@@ -196,3 +196,21 @@ def test_plan_renders_in_every_format(ctx: Context, tmp_path: Path) -> None:
 def test_example_dir_untouched() -> None:
     assert shutil.which("python3")
     assert (EXAMPLE / "cluster.yaml").exists()
+
+
+def test_controller_release_other_than_slurm_version_is_a_warning(ctx: Context) -> None:
+    """Only the controller is asked its version (`slurmctld -V`); another family than cluster.slurm_version
+    is a warning naming both, and the plan is otherwise unchanged."""
+    from reconciler.engine.gather import build_request
+
+    drivers = all_drivers()
+    assert "slurm_version" in build_request(ctx, "login01", drivers).commands
+    assert "slurm_version" not in build_request(ctx, "dgx01", drivers).commands
+    family = ctx.state.cluster.slurm_version
+    ctx.facts.nodes["login01"].slurm_version = f"{family}.4"
+    assert make_plan(ctx, drivers).warnings == []
+    ctx.facts.nodes["login01"].slurm_version = "20.11.9"
+    plan = make_plan(ctx, drivers)
+    assert not plan.has_changes
+    assert [w for w in plan.warnings if "slurmctld on login01 is 20.11.9" in w and f"is {family} but" in w
+            and 'set cluster.slurm_version: "20.11"' in w], plan.warnings
