@@ -54,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ansible-forks", type=int, default=None,
                    help="change section: Ansible forks (default: as many as nodes, at most 64, like our ssh.forks)")
     p.add_argument("--ansible-pipelining", action="store_true", help="change section: turn Ansible's pipelining on")
+    p.add_argument("--light", action="store_true",
+                   help="noop/drift: the light testbed profile for every N (it has the ClusterShell gateway run; "
+                        "above 64 nodes it is always light)")
     p.add_argument("--no-plot", action="store_true", help="no PNG")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target of the issue is missed")
     return p
@@ -95,7 +98,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for index, computes in enumerate(_ints(args.nodes)):
                 before = load_average()
                 try:
-                    measured_series = peers.measure(computes, 10 + index, args.runs, with_peers, chosen_peers)
+                    measured_series = peers.measure(computes, 10 + index, args.runs, with_peers, chosen_peers,
+                                                    light=args.light)
                 except peers.NoLightProfile as exc:
                     log(f"noop/drift N={computes}: {exc}")
                     results["skipped"][f"noop/drift N={computes}"] = str(exc)

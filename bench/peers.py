@@ -48,6 +48,7 @@ LABELS = {
     ("noop", "ours"): "`reconciler plan` (cold)",
     ("noop", "ansible"): "Ansible, best settings (`--check --diff`)",
     ("noop", "pyinfra"): "pyinfra `--dry`",
+    ("noop", "gateways"): "`reconciler plan` (cold) through ClusterShell gateways",
     ("noop", "floor-ssh"): "floor: `ssh node true` (OpenSSH)",
     ("noop", "floor-paramiko"): "floor: paramiko connect + `true` + close",
     ("drift", "ours"): "daemon drift check (persistent sessions)",
@@ -185,6 +186,57 @@ def _floor_paramiko(bed: BenchTestbed, forks: int) -> Sample:
     return Sample(done.seconds, done.cpu, {"inner_s": found["inner_s"]})
 
 
+def gateways_unavailable(bed: BenchTestbed) -> str | None:
+    """Why the gateway variant cannot run here (None: it can): a light testbed (its nodes hold the ssh_config,
+    key and known_hosts a gateway relays with), ClusterShell for this Python and for the nodes'."""
+    if not bed.light:
+        return "the full testbed profile's nodes lack the client files a gateway relays with (use --light)"
+    try:
+        import ClusterShell  # noqa: F401
+    except ImportError:
+        return "ClusterShell is not installed for this Python (pip install -e '.[dev]')"
+    if not Path("/usr/lib/python3/dist-packages/ClusterShell").is_dir():
+        return "the nodes' python3 has no ClusterShell (deploy/testbed/testbed deps installs python3-clustershell)"
+    return None
+
+
+def gateway_layout(computes: list[str]) -> dict[str, list[str]]:
+    """Gateways for the compute nodes: one per 64 (at least 2), each the first of its share; ctl stays direct."""
+    count = max(2, len(computes) // 64)
+    gateways, rest = computes[:count], computes[count:]
+    share = -(-len(rest) // count)  # contiguous shares: short hostlists (gpu[003-009])
+    return {gw: rest[i * share:(i + 1) * share] for i, gw in enumerate(gateways)}
+
+
+def gateway_state(bed: BenchTestbed) -> tuple[Path, int]:
+    """A copy of the testbed's desired state with `ssh.gateways` (gateway_layout); its path and gateway count."""
+    from ruamel.yaml import YAML
+
+    from reconciler.hostlist import compress
+
+    into = bed.work / "desired-gateways"
+    if into.exists():
+        shutil.rmtree(into)
+    shutil.copytree(bed.desired, into)
+    layout = gateway_layout(bed.nodes[1:])
+    yaml = YAML()
+    nodes_file = into / "nodes.yaml"
+    data = yaml.load(nodes_file.read_text())
+    data["ssh"]["gateways"] = [{"name": gw, "nodes": compress(behind)} for gw, behind in layout.items() if behind]
+    with nodes_file.open("w") as out:
+        yaml.dump(data, out)
+    return into, len(layout)
+
+
+def _ours_gateways(bed: BenchTestbed, state: Path, gateways: int) -> Sample:
+    done, trips = ours("plan", str(state), work=bed.work)
+    if done.returncode != 0:
+        raise RuntimeError(f"reconciler plan through gateways found changes or failed (exit {done.returncode}):\n"
+                           f"{done.tail(40)}")
+    return Sample(done.seconds, done.cpu, {"gateways": gateways,
+                                           "direct_round_trips": sum(trips.values())})
+
+
 # ------------------------------------------------------------------------------------------------ drift tools
 
 
@@ -259,10 +311,15 @@ def _runs(series: Series, runs: int, measure: dict[str, Callable[[], Sample]]) -
 def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None,
           pyinfra: PyinfraProject | None) -> Series:
     forks = len(bed.nodes)
-    tools = ["ours"] + (["ansible"] if best else []) + (["pyinfra"] if pyinfra else []) + (
-        ["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
+    why_not = gateways_unavailable(bed)
+    if why_not:
+        log(f"noop N={bed.computes}: no run through ClusterShell gateways: {why_not}")
+    tools = ["ours"] + ([] if why_not else ["gateways"]) + (["ansible"] if best else []) + (
+        ["pyinfra"] if pyinfra else []) + (["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
+    state, count = (bed.desired, 0) if why_not else gateway_state(bed)
     measure: dict[str, Callable[[], Sample]] = {
         "ours": lambda: _ours_plan(bed),
+        "gateways": lambda: _ours_gateways(bed, state, count),
         "floor-ssh": lambda: _floor_ssh(bed, forks),
         "floor-paramiko": lambda: _floor_paramiko(bed, forks),
     }
@@ -312,9 +369,10 @@ def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject 
             close()
 
 
-def measure(computes: int, index: int, runs: int, sections: list[str], peers: list[str]) -> list[Series]:
+def measure(computes: int, index: int, runs: int, sections: list[str], peers: list[str], *,
+            light: bool = False) -> list[Series]:
     """Bring up one testbed for N and run the chosen sections (noop, drift) with the chosen peers on it."""
-    light = computes > LIGHT_ABOVE
+    light = light or computes > LIGHT_ABOVE
     if light and not supports_light():
         raise NoLightProfile(f"N={computes} needs the light testbed profile (`deploy/testbed/testbed up --light`), "
                            "which this checkout's testbed does not have")

@@ -99,6 +99,9 @@ def peers_table(key: str, rows: list[dict[str, Any]], load: dict[str, Any] | Non
             detail.append(f"first cycle (connecting) {r['first_cycle_s']:.2f} s")
         if "inner_s" in r:
             detail.append(f"connect..close {r['inner_s']:.2f} s (no interpreter start)")
+        if "gateways" in r:
+            detail.append(f"{r['gateways']:.0f} gateways; {r['direct_round_trips']:.0f} nodes reached directly "
+                          "(ctl, gateways), the rest through them")
         size = f"{r['computes']} (+1)" + (" light" if r.get("light") else "")
         table.rows.append([size, r["label"], _s(r["wall_s"]), "1" if r["tool"] == "ours" else _ratio(r["vs_ours"]),
                            f"{r['cpu_per_node_ms']:.1f} ms", _runs(r["wall_runs_s"]), "; ".join(detail) or "-"])

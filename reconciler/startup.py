@@ -7,6 +7,9 @@ load, then again during the run. `begin` (before any import) turns both off; `se
 everything loaded into the collector's permanent generation (`gc.freeze`) and turns collection back on, so later
 collections look only at what the run itself allocates. Library users who import `reconciler.cli` are not
 affected: only the console script and `python -m reconciler.cli` call `begin`.
+
+`begin` also raises the open-files soft limit to the hard one: every node's connection holds a socket (and, with a
+ProxyCommand, two pipes and a process), so 1,000 nodes need more than the usual soft limit of 1,024.
 """
 
 from __future__ import annotations
@@ -21,9 +24,27 @@ def begin() -> None:
     """Before the imports: no pydantic plugin discovery (unless asked for), no collection while modules load."""
     global _began
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    raise_open_files_limit()
     if gc.isenabled():
         gc.disable()
         _began = True
+
+
+def raise_open_files_limit(most: int = 1 << 20) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (at most MOST); the soft limit in force after."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def settle() -> None:

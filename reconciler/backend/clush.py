@@ -242,7 +242,9 @@ def with_stdin(command: str, data: str | None) -> str:
 
 
 def _text(buffer: bytes | object) -> str:
-    """A ClusterShell message buffer as text, every line ended by a newline."""
+    """A ClusterShell message buffer as text, every line ended by a newline (empty when nothing came: None)."""
+    if buffer is None:
+        return ""
     data = bytes(buffer) if not isinstance(buffer, bytes) else buffer  # type: ignore[call-overload]
     text = data.decode("utf-8", errors="replace")
     return text + "\n" if text else ""
