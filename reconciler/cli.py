@@ -137,7 +137,8 @@ def facts(directory: str, limit: str | None, forks: int | None) -> None:
                    "folded by node set (JSON: the `changes` list of Change objects with a `node` each).")
 @FORKS
 def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node: bool, forks: int | None) -> None:
-    """Show what apply would change. Exit 0: no changes, 2: changes, 1: error (like terraform -detailed-exitcode).
+    """Show what apply would change. Exit 0: no changes, 2: changes, 1: error or a node not reached (its state is
+    unknown), like terraform -detailed-exitcode.
 
     Identical changes on many nodes are shown once, under their folded node set (`gpu[001-512,514-1024]`).
     """
@@ -172,7 +173,7 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
         click.echo(render_markdown(result, per_node=per_node), nl=False)
     else:
         click.echo(render_text(result, colour=sys.stdout.isatty(), per_node=per_node), nl=False)
-    if result.errors:
+    if result.errors or result.unreachable:  # an unreached node's state is unknown: not "no changes"
         sys.exit(1)
     sys.exit(2 if result.has_changes else 0)
 
@@ -189,7 +190,8 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
               help="Seconds to wait for running jobs on a drained node before giving up.")
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
           max_fail_percent: float, drain_timeout: float) -> None:
-    """Show the plan, ask, then apply it. Exit 0 when everything applied, 1 on any failure."""
+    """Show the plan, ask, then apply it. Exit 0 when everything applied, 1 on any failure or unreachable node
+    (the reachable nodes are still applied)."""
     from reconciler.engine.apply import ApplyOptions
     from reconciler.engine.report import render_text
 
@@ -199,7 +201,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
         result = run.plan()
         click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
         if not result.has_changes:
-            sys.exit(1 if result.errors else 0)
+            sys.exit(1 if result.errors or result.unreachable else 0)
         if not yes and not click.confirm("Apply these changes?", default=False):
             click.echo("Nothing applied.")
             sys.exit(1)
@@ -214,7 +216,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
             click.echo(f"FAILED {node}: {failure}", err=True)
     if outcome.stopped:
         click.echo(f"STOPPED: {outcome.stopped}", err=True)
-    sys.exit(0 if outcome.ok and not result.errors else 1)
+    sys.exit(0 if outcome.ok and not result.errors and not result.unreachable else 1)
 
 
 def _register_daemon() -> None:

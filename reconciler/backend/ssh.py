@@ -212,7 +212,6 @@ class SSHTransport(BaseTransport):
         self._known_stamp: dict[Path, tuple[float, int] | None] = {}
         self._agents: dict[str, AgentChannel] = {}
         self._agent_locks: dict[str, threading.Lock] = {}
-        self._config: fabric.Config | None = None
         self._keys: dict[Path, tuple[tuple[float, int] | None, paramiko.PKey]] = {}
         self._lock = threading.RLock()
 
@@ -583,12 +582,10 @@ class SSHTransport(BaseTransport):
         return CachedSSHConfig.from_path(str(path))
 
     def _fabric_config(self) -> fabric.Config:
-        """A fabric Config with our parsed ssh_config and no fabric/invoke config files read; one for every
-        connection, as fabric's own Group shares one (building a Config costs ~1.5 ms of merging)."""
-        with self._lock:
-            if self._config is None:
-                self._config = fabric.Config(ssh_config=self._ssh_config, lazy=True)
-            return self._config
+        """A fabric Config with our parsed ssh_config and no fabric/invoke config files read, one per connection:
+        invoke's Config merges lazily on access, and one shared by connections opened in parallel was seen
+        half-merged (`No attribute or config key found for 'forward_agent'` on 1 node of 256)."""
+        return fabric.Config(ssh_config=self._ssh_config, lazy=True)
 
     def _connect_kwargs(self, identity_file: str | None, looked_up: paramiko.SSHConfigDict) -> dict[str, Any]:
         """paramiko connect() arguments: key file, IdentitiesOnly, and a timeout for each connect phase."""

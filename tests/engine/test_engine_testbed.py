@@ -121,8 +121,10 @@ def test_06_unreachable_node_reported_and_others_converge(bed: Bed) -> None:
         bed.exec("gpu01", "sed -i 's/MaxTime=01:00:00/MaxTime=02:00:00/' /etc/slurm/slurm.conf")
         plan = bed.cli("plan", str(bed.desired))
         assert "gpu02" in plan.stdout and "unreachable" in plan.stdout
+        assert plan.returncode == 1  # gpu02's state is unknown: not "no changes" nor just "changes"
         result = bed.cli("apply", str(bed.desired), "--yes")
         assert "unreachable" in result.stdout
+        assert result.returncode == 1  # gpu01 converged, but not everything was applied
         assert "MaxTime=01:00:00" in bed.exec("gpu01", "cat /etc/slurm/slurm.conf").stdout
     finally:
         bed.exec("gpu02", "supervisorctl start sshd")
