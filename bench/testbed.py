@@ -69,6 +69,9 @@ def light_subnet(index: int) -> str:
     return f"10.253.{((os.getpid() + index) % 16) * 16}"
 
 
+APPLY_ATTEMPTS = 3  # the first apply again for nodes it could not reach (exit 1 names them)
+
+
 class BenchTestbed:
     """A bare testbed of N compute nodes + ctl, converged by our apply; its desired state lives in /tmp.
 
@@ -123,10 +126,18 @@ class BenchTestbed:
         if "cgroup:" not in text and marker in text:
             cluster.write_text(text.replace(marker, CGROUP_YAML + marker, 1))
         log(f"testbed {self.name}: first apply (from bare)")
-        applied = timed_run(reconciler_argv("apply", str(self.desired), "--yes"), env=python_env(), timeout=900)
-        if applied.returncode != 0:
-            raise RuntimeError(f"first apply failed:\n{applied.tail(40)}")
-        log(f"testbed {self.name}: converged in {applied.seconds:.1f} s")
+        seconds = 0.0
+        for attempt in range(1, APPLY_ATTEMPTS + 1):  # hundreds of nodes starting at once on 2 cores: a node may
+            applied = timed_run(reconciler_argv("apply", str(self.desired), "--yes"), env=python_env(),  # time out
+                                timeout=1800)
+            seconds += applied.seconds
+            if applied.returncode == 0:
+                break
+            log(f"testbed {self.name}: apply {attempt} exit {applied.returncode}: "
+                f"{applied.tail(3).strip().splitlines()[-1] if applied.tail(3).strip() else ''}")
+        else:
+            raise RuntimeError(f"apply did not converge in {APPLY_ATTEMPTS} attempts:\n{applied.tail(40)}")
+        log(f"testbed {self.name}: converged in {seconds:.1f} s ({attempt} apply run(s))")
 
     def down(self) -> None:
         """Tear the testbed down and remove the work directory."""
