@@ -23,6 +23,7 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import BACKUP_SUFFIX
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
+from reconciler.facts.parsers import family_of
 from reconciler.inventory import slurm_node_set, slurm_nodes
 from reconciler.render import configless, managed_files_for
 from reconciler.render.files import file_path, is_slurm_node
@@ -46,7 +47,7 @@ def version_mismatch(ctx: Context) -> str | None:
     running = facts.slurm_version if facts is not None and facts.reachable else None
     if not running:
         return None
-    family = ".".join(running.split(".")[:2])
+    family = family_of(running)
     if family == ctx.state.cluster.slurm_version:
         return None
     return (f"cluster.slurm_version is {ctx.state.cluster.slurm_version} but slurmctld on {ctx.controller} is "

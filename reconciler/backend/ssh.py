@@ -114,6 +114,15 @@ class CachedSSHConfig(paramiko.SSHConfig):
         super().__init__()
         self._cache: dict[str, paramiko.SSHConfigDict] = {}
         self._cache_lock = threading.Lock()
+        self._cacheable = True
+
+    def parse(self, file_obj: Any) -> None:
+        """Read more ssh_config text; what was cached is forgotten, and cacheable no more with a `Match exec`."""
+        super().parse(file_obj)
+        with self._cache_lock:
+            self._cache.clear()
+            self._cacheable = not any(m.get("type") == "exec" for context in self._config
+                                      for m in context.get("matches", []))
 
     def lookup(self, hostname: str) -> paramiko.SSHConfigDict:
         """The options for HOSTNAME (a copy: callers may change it)."""
@@ -121,13 +130,10 @@ class CachedSSHConfig(paramiko.SSHConfig):
             found = self._cache.get(hostname)
         if found is None:
             found = super().lookup(hostname)
-            if not self._has_match_exec():
+            if self._cacheable:
                 with self._cache_lock:
                     self._cache[hostname] = found
         return copy.deepcopy(found)
-
-    def _has_match_exec(self) -> bool:
-        return any(m.get("type") == "exec" for context in self._config for m in context.get("matches", []))
 
     def _pattern_matches(self, patterns: Any, target: str) -> bool:
         if isinstance(patterns, list) and not any(_WILDCARDS.intersection(p) for p in patterns):

@@ -91,7 +91,7 @@ def run(cmd, timeout, env):
             return p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired:
             return None, "", "timed out"
-def stat_item(path, st, digest):
+def stat_item(st, digest):
     u, g = owner(st.st_uid, st.st_gid)
     return {"exists": True, "sha256": digest, "mode": "%04o" % (st.st_mode & 0o7777),
             "owner": u, "group": g, "size": st.st_size}
@@ -105,7 +105,7 @@ def gather(req):
         try:
             st = os.stat(path)
             with open(path, "rb") as fh: data = fh.read(req["max_bytes"] + 1)
-            item = stat_item(path, st, sha256(data).hexdigest())
+            item = stat_item(st, sha256(data).hexdigest())
             if len(data) <= req["max_bytes"] and path not in secret:
                 item["content"] = data.decode("utf-8", "replace")
         except FileNotFoundError:
@@ -120,7 +120,7 @@ def gather(req):
             digest = sha256()
             with open(path, "rb") as fh:
                 for block in iter(lambda: fh.read(65536), b""): digest.update(block)
-            item = stat_item(path, st, digest.hexdigest())
+            item = stat_item(st, digest.hexdigest())
         except FileNotFoundError:
             pass
         except OSError as exc:

@@ -89,6 +89,13 @@ def parse_squeue(text: str) -> list[JobFact]:
     return jobs
 
 
+def family_of(version: str | None) -> str | None:
+    """`22.05.8` -> `22.05`; None stays None."""
+    if not version:
+        return None
+    return ".".join(version.split(".")[:2])
+
+
 def parse_slurm_version(text: str) -> str | None:
     """Parse `slurmd -V` / `sinfo -V` output such as `slurm-wlm 22.05.8` or `slurm 23.11.4`."""
     match = re.search(r"slurm(?:-wlm)?\s+(\d+\.\d+(?:\.\d+)?)", text)

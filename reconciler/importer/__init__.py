@@ -9,6 +9,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from reconciler import params as slurm_params
+from reconciler.facts.parsers import family_of
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
@@ -24,13 +25,6 @@ class ImportResult:
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     slurm_version: str | None = None
-
-
-def family_of(version: str | None) -> str | None:
-    """`22.05.8` -> `22.05`; None stays None."""
-    if not version:
-        return None
-    return ".".join(version.split(".")[:2])
 
 
 def _yaml() -> YAML:
