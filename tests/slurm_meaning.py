@@ -10,7 +10,8 @@ project's renderer: it must not share a bug with what it judges. What it follows
   relative to the directory of the file that includes it;
 * keys are case-insensitive (the meaning uses lower-case keys); a value is ``"quoted"`` (no
   inner quotes) or runs to the next white space; a repeated global key: the last wins, except
-  ``SlurmctldHost`` which keeps every value in order;
+  ``SlurmctldHost`` which keeps every value in order; without it, the legacy ``ControlMachine``/``ControlAddr``
+  and ``BackupController``/``BackupAddr`` are the same list (``name(name)`` is ``name``);
 * ``NodeName=DEFAULT`` and ``PartitionName=DEFAULT`` accumulate (a later DEFAULT line overrides
   only the keys it sets) and apply to the records that follow them, never to earlier ones;
 * aliases resolved in Slurm's order of precedence: node ``CPUs`` over ``Procs`` and
@@ -273,6 +274,30 @@ def _partition_params(line: dict[str, str], dflt: dict[str, str]) -> dict[str, s
 # ---------------------------------------------------------------- slurm.conf
 
 
+def _controller(name: str, addr: str | None) -> str:
+    """`name(addr)`, or `name` when the address is the name itself (Slurm resolves both the same)."""
+    return name if addr in (None, name) else f"{name}({addr})"
+
+
+def _legacy_controllers(globals_: dict[str, str | tuple[str, ...]]) -> None:
+    """ControlMachine/ControlAddr and BackupController/BackupAddr (before 18.08) as SlurmctldHost entries, which
+    read_config.c uses only when no SlurmctldHost line is present; `name(name)` written as `name`."""
+    legacy = {k: globals_.pop(k) for k in ("controlmachine", "controladdr", "backupcontroller", "backupaddr")
+              if k in globals_}
+    hosts = globals_.get("slurmctldhost")
+    if isinstance(hosts, tuple):
+        parts = [re.fullmatch(r"([^(]+)(?:\((.*)\))?", host) for host in hosts]
+        globals_["slurmctldhost"] = tuple(_controller(*m.groups()) if m else host for m, host in zip(parts, hosts))
+        return
+    entries = []
+    for host, addr in (("controlmachine", "controladdr"), ("backupcontroller", "backupaddr")):
+        if isinstance(legacy.get(host), str):
+            address = legacy.get(addr)
+            entries.append(_controller(str(legacy[host]), address if isinstance(address, str) else None))
+    if entries:
+        globals_["slurmctldhost"] = tuple(entries)
+
+
 def slurm_conf_meaning(source: Source, main: str = "slurm.conf") -> SlurmMeaning:
     """Parse a config directory, a slurm.conf path, or a dict {file name: text} into its meaning."""
     reader = _Reader(source, main)
@@ -327,6 +352,7 @@ def slurm_conf_meaning(source: Source, main: str = "slurm.conf") -> SlurmMeaning
             meaning.globals.setdefault("frontendname", ())
             meaning.globals["frontendname"] = (*meaning.globals["frontendname"], value)
 
+    _legacy_controllers(meaning.globals)
     duplicates_n: list[str] = []
     for line, names_expr, params in node_lines:
         names = expand(names_expr)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_fixtures import shared_fixture
 from tests.slurm_meaning import (
     SlurmConfError,
     assert_same_meaning,
@@ -13,7 +14,12 @@ from tests.slurm_meaning import (
     slurm_conf_meaning,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "slurm_configs"
+
+@pytest.fixture
+def thirdparty() -> Path:
+    """../shared/fixtures/slurm-thirdparty (the test is skipped when it is absent)."""
+    return shared_fixture("slurm-thirdparty")
+
 
 # fixture -> (node count, {partition: node count}, SlurmctldHost count), as each SOURCE.md says
 EXPECTED = {
@@ -133,36 +139,45 @@ def test_real_difference_is_reported_readably() -> None:
         assert_same_meaning(a, b)
 
 
-def test_every_fixture_directory_is_listed() -> None:
-    assert {p.name for p in FIXTURES.iterdir() if p.is_dir()} == set(EXPECTED)
+def test_legacy_control_machine_means_slurmctld_host() -> None:
+    legacy = slurm_conf_meaning({"slurm.conf": "ControlMachine=a\nControlAddr=a\nBackupController=b\n"
+                                                "BackupAddr=10.0.0.2\n"})
+    modern = slurm_conf_meaning({"slurm.conf": "SlurmctldHost=a(a)\nSlurmctldHost=b(10.0.0.2)\n"})
+    assert legacy.globals == modern.globals == {"slurmctldhost": ("a", "b(10.0.0.2)")}
+    other = slurm_conf_meaning({"slurm.conf": "ControlMachine=a\nControlAddr=10.0.0.9\n"})
+    assert other.globals != legacy.globals
+
+
+def test_every_fixture_directory_is_listed(thirdparty: Path) -> None:
+    assert {p.name for p in thirdparty.iterdir() if p.is_dir()} == set(EXPECTED)
     for name in EXPECTED:
-        assert (FIXTURES / name / "SOURCE.md").is_file()
+        assert (thirdparty / name / "SOURCE.md").is_file()
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_fixture_parses_as_its_source_says(name: str) -> None:
+def test_fixture_parses_as_its_source_says(name: str, thirdparty: Path) -> None:
     nodes, partitions, controllers = EXPECTED[name]
-    m = slurm_conf_meaning(FIXTURES / name)
+    m = slurm_conf_meaning(thirdparty / name)
     assert len(m.nodes) == nodes
     assert {p: len(v["nodes"]) for p, v in m.partitions.items()} == partitions
     assert len(m.globals["slurmctldhost"]) == controllers
     assert not m.duplicate_nodes and not m.duplicate_partitions
-    assert cgroup_conf_meaning(FIXTURES / name)
-    assert meaning_diff(FIXTURES / name, FIXTURES / name) == []
+    assert cgroup_conf_meaning(thirdparty / name)
+    assert meaning_diff(thirdparty / name, thirdparty / name) == []
 
 
-def test_fixture_specifics() -> None:
-    deepops = slurm_conf_meaning(FIXTURES / "deepops")
+def test_fixture_specifics(thirdparty: Path) -> None:
+    deepops = slurm_conf_meaning(thirdparty / "deepops")
     assert deepops.nodes["dgx07"]["cpus"] == "256"  # CPUs=256 wins over Procs=128
     assert deepops.globals["rebootprogram"] == "/bin/systemctl reboot"
-    assert gres_conf_meaning(FIXTURES / "deepops").autodetect == "nvml"
-    gcp = slurm_conf_meaning(FIXTURES / "slurm_gcp_a3mega")
+    assert gres_conf_meaning(thirdparty / "deepops").autodetect == "nvml"
+    gcp = slurm_conf_meaning(thirdparty / "slurm_gcp_a3mega")
     assert gcp.files == ("slurm.conf", "cloud.conf")
     assert gcp.nodes["a3mega-debugnodes-3"]["cpus"] == "32" and "gres" not in gcp.nodes["a3mega-debugnodes-3"]
-    assert len(gres_conf_meaning(FIXTURES / "slurm_gcp_a3mega").lines) == 16 * 8
-    tux = FIXTURES / "schedmd_gpu_example"
+    assert len(gres_conf_meaning(thirdparty / "slurm_gcp_a3mega").lines) == 16 * 8
+    tux = thirdparty / "schedmd_gpu_example"
     assert len(gres_conf_meaning(tux).lines) == 15 * 4 + 3
     assert slurm_conf_meaning(tux).nodes["tux3"]["gres"] == "gpu:3"
-    man = slurm_conf_meaning(FIXTURES / "schedmd_manpage_example")
+    man = slurm_conf_meaning(thirdparty / "schedmd_manpage_example")
     assert man.nodes["dev25"]["nodeaddr"] == "edev25" and man.nodes["dev25"]["state"] == "UNKNOWN"
     assert man.down_nodes == {"dev20": {"state": "DOWN", "reason": "power,ETA=Dec25"}}

@@ -8,6 +8,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from reconciler import hostlist
 from reconciler import params as slurm_params
 from reconciler.facts.parsers import family_of
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
@@ -36,14 +37,20 @@ def _yaml() -> YAML:
 
 def _inventory(controllers: list[str], compute: list[str], storage_node: str | None) -> CommentedMap:
     nodes = CommentedSeq()
-    names = [c.split("(", 1)[0] for c in controllers]
-    for name in dict.fromkeys(names):
-        entry = CommentedMap(name=name, host="{name}", roles=["controller"])
+    names = list(dict.fromkeys(c.split("(", 1)[0] for c in controllers))
+    computing = {name for expr in compute for name in hostlist.expand(expr)}
+    for name in names:
+        # a controller that is also a NodeName (small clusters, a login node that computes) is one entry
+        entry = CommentedMap(name=name, host="{name}",
+                             roles=["controller"] + (["compute"] if name in computing else []))
         if name == storage_node:
             entry["roles"].append("nfs-server")
         nodes.append(entry)
     for expr in compute:
-        nodes.append(CommentedMap(name=expr, host="{name}", roles=["compute"]))
+        rest = [name for name in hostlist.expand(expr) if name not in names]
+        if rest:
+            nodes.append(CommentedMap(name=expr if len(rest) == len(hostlist.expand(expr))
+                                      else hostlist.compress(rest), host="{name}", roles=["compute"]))
     if storage_node and storage_node not in names:
         nodes.append(CommentedMap(name=storage_node, host="{name}", roles=["nfs-server"]))
     doc = CommentedMap(nodes=nodes)

@@ -61,10 +61,16 @@ class _Comments:
         """Attach the waiting comments and the line's own above `key`, and its trailing comment after it."""
         lines = self.pending + line.comments
         self.pending = []
+        # The end-of-line comment goes first: ruamel cannot add one to a key that already has a comment
+        # before it (TypeError from its comment writer). A list item's goes on its first key.
+        if line.trailing:
+            item = target[key]
+            if isinstance(target, CommentedSeq) and isinstance(item, CommentedMap) and item:
+                item.yaml_add_eol_comment(line.trailing, next(iter(item)))
+            else:
+                target.yaml_add_eol_comment(line.trailing, key)
         if lines:
             target.yaml_set_comment_before_after_key(key, before="\n".join(lines), indent=indent)
-        if line.trailing:
-            target.yaml_add_eol_comment(line.trailing, key)
 
 
 def _resolved(file: str, key: str, scope: str, family: str | None, line: ConfLine) -> str:

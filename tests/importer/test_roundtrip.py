@@ -14,12 +14,18 @@ import pytest
 
 from reconciler.loader import load_dir
 from reconciler.render.files import render_file
+from tests.shared_fixtures import shared_fixture
 from tests.slurm_meaning import meaning_diff
 
-CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_configs"
 ROOT = Path(__file__).resolve().parents[2]
 # fixture -> the Slurm release family its keys belong to (SOURCE.md of each says why)
 FAMILIES = {"deepops": "22.05", "openhpc": "23.11", "schedmd_gpu_example": "22.05", "slurm_gcp_a3mega": "23.11"}
+
+
+@pytest.fixture
+def configs() -> Path:
+    """../shared/fixtures/slurm-thirdparty (the test is skipped when it is absent)."""
+    return shared_fixture("slurm-thirdparty")
 
 
 def run_import(source: Path | str, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,30 +47,30 @@ def rendered_dir(state_dir: Path, out: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_import_render_means_the_same(name: str, tmp_path: Path) -> None:
-    result = run_import(CONFIGS / name, tmp_path / "state", "--slurm-version", FAMILIES[name])
+def test_import_render_means_the_same(name: str, tmp_path: Path, configs: Path) -> None:
+    result = run_import(configs / name, tmp_path / "state", "--slurm-version", FAMILIES[name])
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
     rendered = rendered_dir(tmp_path / "state", tmp_path / "rendered")
     # NodeSet lines are resolved into the partitions' node lists (compared above them), so they are not rendered
-    differences = [d for d in meaning_diff(CONFIGS / name, rendered) if not d.startswith("nodeset:")]
+    differences = [d for d in meaning_diff(configs / name, rendered) if not d.startswith("nodeset:")]
     assert not differences, "\n".join(differences)
 
 
-def test_the_meaning_comparison_would_see_a_changed_parameter(tmp_path: Path) -> None:
+def test_the_meaning_comparison_would_see_a_changed_parameter(tmp_path: Path, configs: Path) -> None:
     """The round trip above is not vacuous: one changed value in the imported YAML is a difference."""
-    assert run_import(CONFIGS / "deepops", tmp_path / "state", "--slurm-version", "22.05").returncode == 0
+    assert run_import(configs / "deepops", tmp_path / "state", "--slurm-version", "22.05").returncode == 0
     cluster = tmp_path / "state" / "cluster.yaml"
     text = cluster.read_text()
     assert "SlurmdTimeout: 300" in text
     cluster.write_text(text.replace("SlurmdTimeout: 300", "SlurmdTimeout: 301"))
-    diff = meaning_diff(CONFIGS / "deepops", rendered_dir(tmp_path / "state", tmp_path / "rendered"))
+    diff = meaning_diff(configs / "deepops", rendered_dir(tmp_path / "state", tmp_path / "rendered"))
     assert any("slurmdtimeout" in line.lower() for line in diff), diff
 
 
-def test_comments_of_the_original_are_kept(tmp_path: Path) -> None:
-    assert run_import(CONFIGS / "openhpc", tmp_path / "state", "--slurm-version", "23.11").returncode == 0
-    original = (CONFIGS / "openhpc" / "slurm.conf").read_text()
+def test_comments_of_the_original_are_kept(tmp_path: Path, configs: Path) -> None:
+    assert run_import(configs / "openhpc", tmp_path / "state", "--slurm-version", "23.11").returncode == 0
+    original = (configs / "openhpc" / "slurm.conf").read_text()
     imported = (tmp_path / "state" / "cluster.yaml").read_text()
     comments = [line.lstrip("# ").strip() for line in original.splitlines()
                 if line.startswith("#") and "=" not in line and len(line) > 12]
@@ -72,13 +78,13 @@ def test_comments_of_the_original_are_kept(tmp_path: Path) -> None:
     assert len(kept) >= len(comments) // 2, (len(kept), len(comments))
 
 
-def test_a_key_missing_in_the_version_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
-    result = run_import(CONFIGS / "deepops", tmp_path / "state", "--slurm-version", "23.11")
+def test_a_key_missing_in_the_version_is_an_error_naming_file_and_line(tmp_path: Path, configs: Path) -> None:
+    result = run_import(configs / "deepops", tmp_path / "state", "--slurm-version", "23.11")
     assert result.returncode == 1
-    assert f"{CONFIGS / 'deepops' / 'cgroup.conf'}:1: CgroupAutomount" in result.stderr
+    assert f"{configs / 'deepops' / 'cgroup.conf'}:1: CgroupAutomount" in result.stderr
     assert "removed in 23.11" in result.stderr and not (tmp_path / "state").exists()
 
 
-def test_a_config_without_cluster_name_is_refused(tmp_path: Path) -> None:
-    result = run_import(CONFIGS / "schedmd_manpage_example", tmp_path / "state", "--slurm-version", "22.05")
+def test_a_config_without_cluster_name_is_refused(tmp_path: Path, configs: Path) -> None:
+    result = run_import(configs / "schedmd_manpage_example", tmp_path / "state", "--slurm-version", "22.05")
     assert result.returncode == 1 and "ClusterName" in result.stderr

@@ -55,8 +55,11 @@ def test_installed_commands_run_outside_the_checkout(installed_wheel: InstalledW
     assert "cluster" in schema["properties"]
 
     out = tmp_path / "imported"
-    adopted = _run(installed_wheel, "import", str(REPO / "tests/fixtures/slurm_configs/deepops"), "--out", str(out),
-                   "--slurm-version", "22.05",
+    # the import reads the slurm.conf the wheel just rendered (no third-party file needed)
+    source = tmp_path / "rendered"
+    source.mkdir()
+    (source / "slurm.conf").write_text(rendered.stdout)
+    adopted = _run(installed_wheel, "import", str(source), "--out", str(out), "--slurm-version", "23.11",
                    cwd=tmp_path)
     assert adopted.returncode == 0, adopted.stderr
     assert _run(installed_wheel, "validate", str(out), cwd=tmp_path).returncode == 0
