@@ -287,7 +287,8 @@ def _legacy_controllers(globals_: dict[str, str | tuple[str, ...]]) -> None:
     hosts = globals_.get("slurmctldhost")
     if isinstance(hosts, tuple):
         parts = [re.fullmatch(r"([^(]+)(?:\((.*)\))?", host) for host in hosts]
-        globals_["slurmctldhost"] = tuple(_controller(*m.groups()) if m else host for m, host in zip(parts, hosts))
+        globals_["slurmctldhost"] = tuple(_controller(*m.groups()) if m else host
+                                          for m, host in zip(parts, hosts, strict=True))
         return
     entries = []
     for host, addr in (("controlmachine", "controladdr"), ("backupcontroller", "backupaddr")):
