@@ -15,6 +15,7 @@ from reconciler.model import Image
 
 def import_command(image: Image) -> str:
     """`enroot import` into a temp file beside the target, then rename: never a partial image."""
+    assert image.uri is not None, "an image without uri is never imported"
     target = shlex.quote(image.path)
     tmp = shlex.quote(image.path + ".reconciler-tmp")
     directory = shlex.quote(posixpath.dirname(image.path))
@@ -43,6 +44,11 @@ class EnrootImagesDriver:
             if stat and stat.exists and (stat.size or 0) > 0:
                 changes.append(Change(node=node, driver=self.name, resource=image.path, action="ok",
                                       phase=self.phase))
+                continue
+            if image.uri is None:
+                changes.append(Change(node=node, driver=self.name, resource=image.path, action="error",
+                                      phase=self.phase, summary=f"{image.path} is missing and has no uri to "
+                                                                "import it from: set the image's uri"))
                 continue
             changes.append(Change(node=node, driver=self.name, resource=image.path, action="create",
                                   phase=self.phase, summary=f"enroot import {image.uri} -> {image.path}",

@@ -471,7 +471,9 @@ class Storage(Strict):
 class Image(Strict):
     """An enroot container image kept as a squashfs file on shared storage."""
 
-    uri: EnrootUri = Field(description="e.g. docker://nvcr.io#nvidia/pytorch:24.04-py3")
+    uri: EnrootUri | None = Field(default=None, description="e.g. docker://nvcr.io#nvidia/pytorch:24.04-py3; "
+                                  "unset (an image adopted by `reconciler import`): kept as present, never "
+                                  "imported (a missing file is an error to fix)")
     path: AbsPath = Field(description="Target .sqsh file")
     import_on: NameToken = Field(description="The node that runs `enroot import`")
 

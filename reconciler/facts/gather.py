@@ -100,6 +100,15 @@ def gather(req):
     out = {"hostname": os.uname().nodename, "files": {}, "stats": {}, "commands": {}}
     if "id" in req: out["id"] = req["id"]
     secret = req.get("secret", ())
+    globs = req.get("globs")
+    if globs:  # pattern -> "files" (read like `files`) or "stats"; only `reconciler import` asks
+        import glob
+        out["globs"] = {}
+        for pattern, kind in globs.items():
+            found = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+            out["globs"][pattern] = found
+            target = req["files"] if kind == "files" else req["stats"]
+            target += [p for p in found if p not in target]
     for path in req["files"]:
         item = {"exists": False}
         try:
@@ -176,6 +185,8 @@ class FactRequest:
 
     `python`: stdlib-only snippets run inside the fact script itself (no process of their own); each sets the
     variable `stdout`, reported under `commands` like a shell command's output (rc 0, or 1 with the error).
+    `globs`: shell patterns expanded on the node (regular files only); the answer's `globs` lists each one's
+    matches, which are gathered as `files` or `stats` as the pattern asks.
     """
 
     files: list[str] = field(default_factory=list)
@@ -185,6 +196,7 @@ class FactRequest:
     services: list[str] = field(default_factory=list)  # whose state drivers need (one status command for all)
     secret: list[str] = field(default_factory=list)  # files of `files` whose content never comes back (sha256 only)
     python: dict[str, str] = field(default_factory=dict)
+    globs: dict[str, str] = field(default_factory=dict)  # pattern -> "files" | "stats": matches gathered as such
     max_bytes: int = 1 << 20
     timeout: int = 30
 

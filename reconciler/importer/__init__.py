@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -11,12 +13,22 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from reconciler import hostlist
 from reconciler import params as slurm_params
 from reconciler.facts.parsers import family_of
+from reconciler.importer import adopt
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
 from reconciler.slurmconf import parse_text, read_tree
 
-__all__ = ["ImportProblem", "ImportResult", "import_files", "family_of"]
+__all__ = ["AdoptOptions", "ImportProblem", "ImportResult", "import_files", "family_of"]
+
+
+@dataclass
+class AdoptOptions:
+    """What an SSH import adopts beyond the Slurm files, and how it reports progress."""
+
+    munge_key_file: Path | None = None
+    image_dirs: list[str] = field(default_factory=list)
+    progress: adopt.Progress | None = None
 
 
 @dataclass
@@ -26,6 +38,7 @@ class ImportResult:
     files: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     slurm_version: str | None = None
+    sources: list[str] = field(default_factory=list)  # adopted files' content, relative to the output directory
 
 
 def _yaml() -> YAML:
@@ -35,7 +48,8 @@ def _yaml() -> YAML:
     return yaml
 
 
-def _inventory(controllers: list[str], compute: list[str], storage_node: str | None) -> CommentedMap:
+def _inventory(controllers: list[str], compute: list[str], storage_node: str | None,
+               managers: dict[str, str]) -> CommentedMap:
     nodes = CommentedSeq()
     names = list(dict.fromkeys(c.split("(", 1)[0] for c in controllers))
     computing = {name for expr in compute for name in hostlist.expand(expr)}
@@ -53,6 +67,10 @@ def _inventory(controllers: list[str], compute: list[str], storage_node: str | N
                                       else hostlist.compress(rest), host="{name}", roles=["compute"]))
     if storage_node and storage_node not in names:
         nodes.append(CommentedMap(name=storage_node, host="{name}", roles=["nfs-server"]))
+    for entry in nodes:  # a service manager other than systemd, where every node of the entry reported it
+        found = {managers.get(name) for name in hostlist.expand(entry["name"])}
+        if len(found) == 1 and (manager := found.pop()) not in (None, "systemd"):
+            entry["service_manager"] = CommentedMap(type=manager)
     doc = CommentedMap(nodes=nodes)
     doc.yaml_set_start_comment(
         "Inventory written by `reconciler import`: one entry per SlurmctldHost and per NodeName line.\n"
@@ -61,9 +79,41 @@ def _inventory(controllers: list[str], compute: list[str], storage_node: str | N
     return doc
 
 
+def _adopt(files: RemoteFiles, cluster: CommentedMap, compute: list[str], options: AdoptOptions) -> adopt.Adopted:
+    """Read every node's scripts, Slurm files, services, images and munge key fingerprint (one round trip each)."""
+    controllers = list(dict.fromkeys(str(c).split("(", 1)[0] for c in cluster["controllers"]))
+    computing = [name for expr in compute for name in hostlist.expand(expr)]
+    names = list(dict.fromkeys(controllers + computing))
+    want = adopt.wanted(cluster["slurm_conf"], files.config_dir, options.image_dirs)
+    raw = files.read_nodes(names, adopt.request(want), options.progress)
+    answers: dict[str, adopt.NodeAnswer] = {}
+    unread: list[str] = []
+    for name in names:
+        value = raw.get(name, "not read")
+        if isinstance(value, str):
+            unread.append(f"{name}: {value}")
+        else:
+            answers[name] = adopt.parse_answer(value)
+    adopted = adopt.adopt(answers, want, controllers, set(computing), options.munge_key_file)
+    adopted.warnings += [f"{line}: its files, services and images are not adopted" for line in unread]
+    return adopted
+
+
+def _write(target: Path, data: bytes) -> None:
+    """Write a whole file or nothing: temp file beside it, fsync, rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(target)
+
+
 def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str | None,
-                 source: str) -> ImportResult:
-    """Convert the files that `files` reads and write cluster.yaml, nodes.yaml (and storage.yaml) into `out`."""
+                 source: str, options: AdoptOptions | None = None) -> ImportResult:
+    """Convert the files that `files` reads and write cluster.yaml, nodes.yaml (and storage.yaml) into `out`;
+    over SSH also adopt every node's scripts and other Slurm files, services, images (files.yaml, ...)."""
     result = ImportResult()
     family = family_of(slurm_version or files.slurm_version)
     result.slurm_version = family
@@ -86,6 +136,9 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
         cluster[key] = convert(parsed, family, result.warnings)
     if family is None:
         result.warnings.append("the Slurm version is unknown: set cluster.slurm_version (or pass --slurm-version)")
+    adopted = _adopt(files, cluster, converted.compute, options or AdoptOptions()) \
+        if isinstance(files, RemoteFiles) else adopt.Adopted()
+    result.warnings += adopted.warnings
     out.mkdir(parents=True, exist_ok=True)
     yaml = _yaml()
     exports_text, fstab_text = files.storage()
@@ -100,18 +153,21 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
             storage["mounts"] = mounts
     docs = {"cluster.yaml": CommentedMap(cluster=cluster),
             "nodes.yaml": _inventory(list(cluster["controllers"]), converted.compute,
-                                     files.node_name if "exports" in storage else None)}
-    docs["cluster.yaml"].yaml_set_start_comment(f"Imported by `reconciler import` from {source}.")
+                                     files.node_name if "exports" in storage else None, adopted.managers)}
+    docs["cluster.yaml"].yaml_set_start_comment(f"Imported by `reconciler import` from {source}."
+                                                + (f"\n{adopted.munge_note}" if adopted.munge_note else ""))
+    docs.update(adopted.docs)
     if storage:
         docs["storage.yaml"] = CommentedMap(storage=storage)
         docs["storage.yaml"].yaml_set_start_comment(
             f"NFS exports and NFS/Lustre mounts of {files.node_name}, imported from {source}: widen `nodes` to\n"
             "every node that mounts them.")
+    for relative, data in adopted.sources.items():
+        _write(out / relative, data)
     for name, doc in docs.items():
-        target = out / name
-        tmp = out / f".{name}.tmp"
-        with tmp.open("w", encoding="utf-8") as handle:
-            yaml.dump(doc, handle)
-        tmp.replace(target)
-        result.files.append(target)
+        text = StringIO()
+        yaml.dump(doc, text)
+        _write(out / name, text.getvalue().encode("utf-8"))
+        result.files.append(out / name)
+    result.sources = sorted(adopted.sources)
     return result

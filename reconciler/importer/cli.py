@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from reconciler.importer import ImportProblem, import_files
+from reconciler.importer import AdoptOptions, ImportProblem, import_files
 from reconciler.importer.sources import LocalFiles, RemoteFiles, parse_ssh_url
 from reconciler.loader import DesiredStateError, load_dir, yaml_files
 from reconciler.model import SSHDefaults
+
+PROGRESS_FROM = 5  # nodes: fewer are read too fast for a progress line to help
+
+
+def _progress_line() -> Callable[[int, int], None] | None:
+    """A `reading nodes: N/M` line rewritten in place on a terminal (None when stderr is not one)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        if total >= PROGRESS_FROM:
+            click.echo(f"\rreading nodes: {done}/{total}", err=True, nl=done == total)
+    return show
 
 
 @click.command(name="import")
@@ -24,10 +38,15 @@ from reconciler.model import SSHDefaults
 @click.option("--identity-file", default=None, help="Private key to log in with.")
 @click.option("--proxy-jump", default=None, help="Bastion, [user@]host[:port].")
 @click.option("--accept-new", is_flag=True, help="Trust a host key seen for the first time (accept-new).")
+@click.option("--munge-key-file", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="ssh: a file on this machine holding the nodes' munge key; when it matches them, `munge:` is "
+                   "written to use it (the key never goes into the output).")
+@click.option("--image-dir", "image_dirs", multiple=True,
+              help="ssh: a directory of enroot .sqsh images to adopt (repeatable).")
 @click.option("--force", is_flag=True, help="Overwrite YAML files already in --out.")
 def import_command(source: str, out_dir: str, config_dir: str, slurm_version: str | None, ssh_config: str | None,
                    known_hosts: str | None, identity_file: str | None, proxy_jump: str | None, accept_new: bool,
-                   force: bool) -> None:
+                   munge_key_file: str | None, image_dirs: tuple[str, ...], force: bool) -> None:
     """Adopt an existing cluster: SOURCE is a directory of its Slurm files or ssh://[user@]host[:port]."""
     out = Path(out_dir)
     if out.is_dir() and yaml_files(out) and not force:
@@ -53,8 +72,10 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
         except (ConnectionError, ValueError) as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
+    options = AdoptOptions(munge_key_file=Path(munge_key_file).resolve() if munge_key_file else None,
+                           image_dirs=list(image_dirs), progress=_progress_line())
     try:
-        result = import_files(files, out, slurm_version, source)
+        result = import_files(files, out, slurm_version, source, options)
     except (ImportProblem, ConnectionError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         click.echo("nothing was written.", err=True)
@@ -64,7 +85,8 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
             files.close()
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {', '.join(str(p) for p in result.files)}")
+    click.echo(f"wrote {', '.join(str(p) for p in result.files)}"
+               + (f" and {len(result.sources)} adopted file(s) under {out / 'files'}" if result.sources else ""))
     try:
         load_dir(out)
     except DesiredStateError as exc:

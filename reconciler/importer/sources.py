@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+from reconciler.backend.base import CommandResult
 from reconciler.backend.ssh import SSHTransport
+from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.parsers import parse_slurm_version
 from reconciler.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
 
 MAX_FILE = 5 << 20
+FORKS = 32  # nodes read at once in the adoption round trip
 _MARK = "===reconciler-import==="
 
 
@@ -76,7 +82,7 @@ class RemoteFiles:
                              user=target.user or ssh.user, identity_file=ssh.identity_file,
                              proxy_jump=ssh.proxy_jump, roles=frozenset(), service_manager=ServiceManager(),
                              drain=None)
-        self.transport = SSHTransport(ssh, base_dir, forks=1)
+        self.transport = SSHTransport(ssh, base_dir, forks=FORKS)
         self.files: dict[str, str] = {}
         self.slurm_version: str | None = None
         self.hostname: str | None = None
@@ -132,3 +138,34 @@ class RemoteFiles:
     def close(self) -> None:
         """Close the SSH connection."""
         self.transport.close()
+
+    def read_nodes(self, names: list[str], req: FactRequest,
+                   progress: Callable[[int, int], None] | None = None) -> dict[str, dict | str]:
+        """One round trip to every node (in parallel): the fact script's JSON answer to REQ, or why a node
+        could not be read. Nodes are reached by their Slurm name with the import's SSH settings; the node
+        imported from is reached as its URL said."""
+        done, lock = [0], threading.Lock()
+        specs = [replace(self.spec, name=name) if name == self.hostname else replace(self.spec, name=name, host=name)
+                 for name in names]
+        encoded = req.encode()
+
+        def one(spec: NodeSpec) -> CommandResult:
+            result = self.transport.run(spec, GATHER_COMMAND, stdin=encoded)
+            with lock:
+                done[0] += 1
+                if progress is not None:
+                    progress(done[0], len(specs))
+            return result
+
+        answers: dict[str, dict | str] = {}
+        for name, result in self.transport.map_nodes(specs, one).items():
+            if not result.ok:
+                answers[name] = result.describe()
+                continue
+            try:
+                raw = json.loads(result.stdout)
+            except ValueError as exc:
+                answers[name] = f"unreadable answer: {exc}"
+                continue
+            answers[name] = raw if "files" in raw else f"fact script failed: {raw.get('error')}"
+        return answers
