@@ -282,8 +282,8 @@ def _controller(name: str, addr: str | None) -> str:
 def _legacy_controllers(globals_: dict[str, str | tuple[str, ...]]) -> None:
     """ControlMachine/ControlAddr and BackupController/BackupAddr (before 18.08) as SlurmctldHost entries, which
     read_config.c uses only when no SlurmctldHost line is present; `name(name)` written as `name`."""
-    legacy = {k: globals_.pop(k) for k in ("controlmachine", "controladdr", "backupcontroller", "backupaddr")
-              if k in globals_}
+    names = ("controlmachine", "controladdr", "backupcontroller", "backupaddr")
+    legacy: dict[str, str | tuple[str, ...]] = {k: globals_.pop(k) for k in names if k in globals_}
     hosts = globals_.get("slurmctldhost")
     if isinstance(hosts, tuple):
         parts = [re.fullmatch(r"([^(]+)(?:\((.*)\))?", host) for host in hosts]

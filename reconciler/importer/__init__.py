@@ -165,9 +165,9 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
     for relative, data in adopted.sources.items():
         _write(out / relative, data)
     for name, doc in docs.items():
-        text = StringIO()
-        yaml.dump(doc, text)
-        _write(out / name, text.getvalue().encode("utf-8"))
+        buffer = StringIO()
+        yaml.dump(doc, buffer)
+        _write(out / name, buffer.getvalue().encode("utf-8"))
         result.files.append(out / name)
     result.sources = sorted(adopted.sources)
     return result
