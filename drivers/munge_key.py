@@ -98,6 +98,7 @@ class MungeKeyDriver:
     """Keeps /etc/munge/munge.key on every Slurm node equal to the key of the login node, 0400 munge:munge."""
 
     name = "munge_key"
+    scope = "cluster"  # one key for the whole cluster: nodes with different keys cannot talk
     phase = 25
 
     def __init__(self) -> None:

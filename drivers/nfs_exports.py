@@ -19,6 +19,7 @@ class NfsExportsDriver:
     """Keeps the exports of NFS server nodes; a rejected /etc/exports is rolled back."""
 
     name = "nfs_exports"
+    scope = "cluster"  # an export serves every node that mounts it
     phase = 10
 
     def _manages(self, ctx: Context, node: str) -> bool:

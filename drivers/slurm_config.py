@@ -59,6 +59,7 @@ class SlurmConfigDriver:
     """Keeps the Slurm configuration files in step with the desired state."""
 
     name = "slurm_config"
+    scope = "cluster"  # Slurm's files are read by slurmctld too: they change everywhere at once
     phase = 30
 
     def files_for(self, ctx: Context, node: str) -> list[str]:

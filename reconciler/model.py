@@ -796,6 +796,74 @@ class Checks(Strict):
     nccl: list[NcclCheck] = Field(default_factory=list)
 
 
+# ---------------------------------------------------------------- progressive rollout
+
+
+_STEP = re.compile(r"^(?:[1-9]\d*|[1-9]\d?%|100%)$")
+
+
+def _step(value: Any) -> str | int:
+    """A wave size: a node count (int) or a percentage of the changing nodes ('25%')."""
+    if isinstance(value, bool):
+        raise ValueError(f"a step is a node count or a percentage like '25%', got {value!r}")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"a step counts at least 1 node, got {value}")
+        return value
+    if not isinstance(value, str) or not _STEP.match(value.strip()):
+        raise ValueError(f"a step is a node count or a percentage like '25%', got {value!r}")
+    text = value.strip()
+    return text if text.endswith("%") else int(text)
+
+
+class RolloutGates(Strict):
+    """What must hold after each wave before the next starts; a failing gate rolls the wave back."""
+
+    timeout: str | int = Field(default="10m", description="Each gate's time limit (a gate past it has failed)")
+    node_checks: bool = Field(default=True, description="The node checks (checks.node) of the wave's nodes")
+    smoke_job: bool = Field(default=True, description="A Slurm job on exactly the wave's nodes, through a "
+                            "reservation: prolog, epilog, the mounts from inside a job, a container start where "
+                            "Pyxis/enroot are declared")
+    smoke_mounts: list[AbsPath] | None = Field(default=None, description="Mount points the smoke job checks "
+                                               "(default: every storage.mounts mount point of the wave's nodes)")
+    smoke_image: str | None = Field(default=None, description="An enroot/Pyxis image the smoke job starts "
+                                    "(`srun --container-image`); unset: no container start")
+    nccl: bool = Field(default=False, description="The NCCL checks on the wave when it has two or more nodes")
+
+    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
+
+
+class Rollout(Strict):
+    """How a commit reaches the nodes: all at once, or in waves gated by health, rolled back when a gate fails."""
+
+    waves: Literal["progressive", "all"] = Field(default="progressive", description="progressive: a canary, then "
+                                                 "the steps; all: every node at once, no gates (one shot)")
+    canary: str | int = Field(default=1, description="The first wave: a node count, a percentage, or a hostlist "
+                              "of canary nodes (those of them that change)")
+    steps: list[str | int] = Field(default_factory=lambda: list[str | int](["50%", "100%"]), description="Later waves: cumulative "
+                                   "sizes (counts or percentages of the changing nodes); the last wave always "
+                                   "takes every node left")
+    soak: str | int = Field(default="30s", description="Wait after a wave's gates pass; a wave node drained "
+                            "by Slurm meanwhile (Prolog/Epilog error) fails the wave")
+    gates: RolloutGates = Field(default_factory=RolloutGates)
+
+    _soak = field_validator("soak")(lambda cls, v: (parse_duration(v), v)[1])
+
+    @field_validator("canary", mode="before")
+    @classmethod
+    def _canary(cls, value: Any) -> str | int:
+        if isinstance(value, str) and not value.strip().endswith("%") and not value.strip().isdigit():
+            return _hostlist_expr(value)
+        return _step(value)
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _steps(cls, value: Any) -> list[str | int]:
+        if not isinstance(value, list) or not value:
+            raise ValueError("steps is a non-empty list of node counts or percentages, e.g. ['50%', '100%']")
+        return [_step(item) for item in value]
+
+
 # ---------------------------------------------------------------- munge
 
 
@@ -829,5 +897,7 @@ class DesiredState(Strict):
     files: list[ManagedFile] = Field(default_factory=list, description="Whole managed files, with notify")
     services: list[ManagedService] = Field(default_factory=list, description="Wanted service states")
     checks: Checks = Field(default_factory=Checks)
+    rollout: Rollout = Field(default_factory=Rollout, description="How a change reaches the nodes: canary "
+                             "waves gated by health with automatic rollback (default), or all at once")
     munge: Munge | None = Field(default=None, description="Distribute /etc/munge/munge.key to every Slurm node "
                                 "(unset: the munge key is not managed)")

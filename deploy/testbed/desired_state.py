@@ -245,11 +245,21 @@ def light_patches_yaml(s: dict[str, Any]) -> str:
 """
 
 
+def rollout_yaml(s: dict[str, Any]) -> str:
+    """rollout.yaml: one shot (every node at once, no gates), what the testbed's timings and demo measure;
+    progressive rollouts (the default elsewhere) are tested with a rollout.yaml of their own."""
+    return header("how a commit reaches the nodes: all at once on the testbed") + """rollout:
+  waves: all
+"""
+
+
 FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "storage.yaml": storage_yaml,
-         "images.yaml": images_yaml, "patches.yaml": patches_yaml, "checks.yaml": checks_yaml}
+         "images.yaml": images_yaml, "patches.yaml": patches_yaml, "checks.yaml": checks_yaml,
+         "rollout.yaml": rollout_yaml}
 
 
-LIGHT_FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "patches.yaml": light_patches_yaml}
+LIGHT_FILES = {"cluster.yaml": cluster_yaml, "nodes.yaml": nodes_yaml, "patches.yaml": light_patches_yaml,
+               "rollout.yaml": rollout_yaml}
 
 
 def render(data: dict[str, Any]) -> dict[str, str]:

@@ -56,7 +56,21 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS rollouts (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT,
+    commit_sha TEXT,
+    previous_sha TEXT,
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    record TEXT NOT NULL
+);
 """
+
+JOURNAL_KEY = "rollout_journal"  # the rollout in flight (reconciler/rollout/runner.py), for crash recovery
+ROLLED_BACK_KEY = "rolled_back"  # commit -> why it was rolled back: never applied again unless retried
 
 MAX_DIFF = 64 * 1024  # characters of a drift diff kept for the status page
 
@@ -214,6 +228,40 @@ class Store:
                                  "FROM drift_events ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         keys = ("detected", "commit", "node", "driver", "resource", "action", "summary", "healed")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    # ------------------------------------------------------------ rollouts
+
+    def record_rollout(self, run_id: str | None, record: dict[str, Any], started: float) -> None:
+        """Keep how a rollout ended (waves, gates, timeline, rollback) for `status`, `history` and the page."""
+        self.conn.execute("INSERT INTO rollouts (run_id, commit_sha, previous_sha, started, ended, status, reason, "
+                          "record) VALUES (?,?,?,?,?,?,?,?)",
+                          (run_id, record.get("commit"), record.get("previous"), started, time.time(),
+                           record.get("status"), record.get("reason"), json.dumps(record)))
+
+    def rollouts(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The most recent rollouts, newest first, each its stored record plus run_id/started/ended."""
+        rows = self.conn.execute("SELECT run_id, started, ended, record FROM rollouts ORDER BY id DESC LIMIT ?",
+                                 (limit,)).fetchall()
+        return [{**json.loads(r[3]), "run_id": r[0], "started": r[1], "ended": r[2]} for r in rows]
+
+    def rolled_back(self) -> dict[str, Any]:
+        """Commits rolled back (commit -> record): the daemon does not apply them again."""
+        return dict(self.get(ROLLED_BACK_KEY) or {})
+
+    def mark_rolled_back(self, commit: str, why: dict[str, Any]) -> None:
+        """Never apply COMMIT again (until `reconciler rollout retry`)."""
+        marked = self.rolled_back()
+        marked[commit] = why
+        self.set(ROLLED_BACK_KEY, marked)
+
+    def retry_commit(self, commit: str) -> list[str]:
+        """Forget the rollback of the commits starting with COMMIT; return the full hashes forgotten."""
+        marked = self.rolled_back()
+        hits = [c for c in marked if c.startswith(commit)]
+        for sha in hits:
+            del marked[sha]
+        self.set(ROLLED_BACK_KEY, marked)
+        return hits
 
     # ------------------------------------------------------------ key/values
 

@@ -29,6 +29,8 @@ class Change(BaseModel):
     run_on: str | None = Field(default=None, description="Node whose shell runs the ops (default: node)")
     drift: bool = Field(default=False, description="The node differs from what was last applied (not from Git)")
     followups: list[FollowUp] = Field(default_factory=list, description="What must follow when this changes")
+    scope: Literal["node", "cluster"] = Field(default="node", description="cluster: must be the same everywhere "
+                                              "(goes out to every node in one gated wave); node: may go in waves")
 
     @property
     def changing(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
@@ -24,7 +25,11 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
                                        summary=f"unreachable: {why}"))
             continue
         for driver in drivers:
-            plan.changes.extend(driver.plan(ctx, spec.name, facts))
+            # a driver whose resources must match cluster-wide says so
+            scope: Literal["node", "cluster"] = "cluster" if getattr(driver, "scope", "node") == "cluster" else "node"
+            for change in driver.plan(ctx, spec.name, facts):
+                change.scope = scope
+                plan.changes.append(change)
     plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
     plan.warnings += [str(w) for w in risk_warnings(ctx.loaded)]
     plan.followups = plan_followups(ctx, plan, drivers)

@@ -84,6 +84,7 @@ class RemoteFiles:
                              drain=None)
         self.transport = SSHTransport(ssh, base_dir, forks=FORKS)
         self.files: dict[str, str] = {}
+        self.asked: set[str] = set()
         self.slurm_version: str | None = None
         self.hostname: str | None = None
         self._fetch([posixpath.join(config_dir, n) for n in ("slurm.conf", "gres.conf", "cgroup.conf")]
@@ -100,6 +101,7 @@ class RemoteFiles:
         result = self.transport.run(self.spec, "; ".join(parts))
         if not result.ok:
             raise ConnectionError(f"cannot read the cluster's files: {result.describe()}")
+        self.asked.update(paths)  # a path asked for and not sent back does not exist there: never asked again
         current: str | None = None
         body: list[str] = []
         for line in result.stdout.splitlines() + [f"{_MARK} end"]:
@@ -127,7 +129,7 @@ class RemoteFiles:
 
     def read(self, path: str) -> str | None:
         """The text of a node path (fetched in a further round trip when an Include names a new file)."""
-        if path not in self.files:
+        if path not in self.asked:
             self._fetch([path])
         return self.files.get(path)
 

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.importer import AdoptOptions, import_files
+from reconciler.importer.sources import RemoteFiles, parse_ssh_url
+from reconciler.model import SSHDefaults
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -149,3 +152,19 @@ def test_changes_in_git_plan_their_consequences(adopted: tuple[Testbed, Path], t
     plan = json.loads(cli("plan", str(changed), "--format", "json").stdout)
     targets = {(f["kind"], f["target"], f.get("rolling")) for f in plan["followups"]}
     assert targets == {("restart", "slurmd", True)}, plan["followups"]
+
+
+def test_the_import_reads_each_node_once_after_the_controller(adopted: tuple[Testbed, Path], tmp_path: Path) -> None:
+    """The controller's Slurm files first (one round trip), then one round trip to every node, in parallel."""
+    testbed, _ = adopted
+    ssh = SSHDefaults(config=str(testbed.ssh_config), known_hosts=str(testbed.known_hosts), user="root")
+    files = RemoteFiles(parse_ssh_url("ssh://ctl"), "/etc/slurm", ssh, tmp_path)  # type: ignore[arg-type]
+    try:
+        seen: list[tuple[int, int]] = []
+        result = import_files(files, tmp_path / "state", None, "ssh://ctl",
+                              AdoptOptions(progress=lambda done, total: seen.append((done, total))))
+        assert files.transport.round_trips == {"ctl": 2, "gpu01": 1, "gpu02": 1}
+    finally:
+        files.close()
+    assert sorted(seen) == [(1, 3), (2, 3), (3, 3)]
+    assert any(source.startswith("files/etc/slurm/site-prolog.sh") for source in result.sources)

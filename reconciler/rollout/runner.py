@@ -1,0 +1,311 @@
+"""Apply a commit wave by wave, gate each wave, soak, and roll the waves back to the last good state on a failure.
+
+The engine applies a desired state to a node set (`open_reconcile(..., limit=...)`); this layer decides the sets
+and the order, runs the gates, and on a failed gate plans the *previous* desired state against every node the
+commit reached (the same drivers, with their consequences: reconfigure, restarts), applies it, then resumes the
+drains Slurm set because of the bad commit (Prolog/Epilog errors during the rollout) and the ones the reconciler
+set itself, never anyone else's. Every step is written to a journal first, so a killed process can finish or roll
+back what it was doing on its next start (`resume`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from reconciler import hostlist
+from reconciler.backend.base import Transport
+from reconciler.checks.slurm_view import SlurmView
+from reconciler.drivers.node_state import ours, resume_command
+from reconciler.engine.apply import ApplyOptions, ApplyResult
+from reconciler.engine.followups import FollowUp
+from reconciler.engine.plan import Change, Plan
+from reconciler.engine.planner import carry_over
+from reconciler.engine.run import open_reconcile
+from reconciler.inventory import slurm_nodes
+from reconciler.loader import LoadedState
+from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
+from reconciler.rollout.waves import Wave, WavePlan, plan_waves
+
+Status = Literal["complete", "rolled-back", "rollback-failed", "failed", "stopped"]
+Log = Callable[[str], None]
+
+
+class Journal(Protocol):
+    """Where the rollout in flight is kept (the daemon's SQLite store; a dict for `reconciler apply`)."""
+
+    def save(self, data: dict[str, Any]) -> None:
+        """Replace the record of the rollout in flight."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The rollout in flight, if any."""
+
+    def clear(self) -> None:
+        """Forget the rollout in flight (it finished)."""
+
+
+class MemoryJournal:
+    """A journal that lives as long as the process (the CLI's)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] | None = None
+
+    def save(self, data: dict[str, Any]) -> None:
+        """Keep a copy."""
+        self.data = dict(data)
+
+    def load(self) -> dict[str, Any] | None:
+        """The copy."""
+        return self.data
+
+    def clear(self) -> None:
+        """Drop it."""
+        self.data = None
+
+
+@dataclass
+class RolloutResult:
+    """How a rollout ended, wave by wave."""
+
+    status: Status
+    commit: str | None
+    previous: str | None
+    waves: WavePlan
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    failed_wave: int | None = None
+    failed_gate: dict[str, Any] | None = None
+    rollback: dict[str, Any] | None = None
+    applied: list[Change] = field(default_factory=list)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        """One line: what ended the rollout."""
+        if self.status == "complete":
+            return f"{len(self.waves.waves)} wave(s) applied and gated"
+        gate = self.failed_gate or {}
+        where = f"wave {self.failed_wave}" if self.failed_wave else "rollout"
+        return f"{where}: {gate.get('gate', '?')} gate failed: {gate.get('message', '')}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the store, `reconciler status` and the status page."""
+        return {"status": self.status, "commit": self.commit, "previous": self.previous,
+                "waves": self.waves.as_dict(), "timeline": self.timeline, "failed_wave": self.failed_wave,
+                "failed_gate": self.failed_gate, "rollback": self.rollback, "reason": self.reason}
+
+
+def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
+    """Why nothing can be gated: Slurm does not answer, or none of its nodes responds (a cluster being built)."""
+    if before.error:
+        return f"bootstrap: Slurm does not answer before the apply ({before.error.splitlines()[0][:120]})"
+    if slurm and not any(before.nodes.get(n) is not None and before.nodes[n].responding for n in slurm):
+        return "bootstrap: no Slurm node responds before the apply"
+    return None
+
+
+class RolloutRunner:
+    """One commit's rollout over a transport the caller owns (never closed here)."""
+
+    def __init__(self, new: LoadedState, old: LoadedState | None, transport: Transport, options: ApplyOptions,
+                 journal: Journal, log: Log = lambda _: None,
+                 on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None) -> None:
+        self.new, self.old, self.transport, self.options = new, old, transport, options
+        self.journal, self.log, self.on_event = journal, log, on_event
+        self.gates = Gates(new, transport, gate_timeout(new.state), options.should_stop, log)
+        self.pending: list[FollowUp] = []  # follow-ups a killed process journaled and did not run
+
+    # ------------------------------------------------------------ planning
+
+    def waves(self, plan: Plan, before: SlurmView) -> WavePlan:
+        """The waves of PLAN (one ungated wave while Slurm is being built)."""
+        state = self.new.state
+        slurm = slurm_nodes(state)
+        return plan_waves(plan, state.rollout, list(self.gates_order()), slurm,
+                          has_node_checks=bool(state.checks.node), bootstrap=bootstrap_reason(before, slurm))
+
+    def gates_order(self) -> list[str]:
+        """Inventory order of the new state's nodes."""
+        from reconciler.inventory import node_specs
+
+        return list(node_specs(self.new.state))
+
+    # ------------------------------------------------------------ running
+
+    def run(self, plan: Plan) -> RolloutResult:
+        """Roll PLAN (of the whole new state) out wave by wave."""
+        before = self.gates.view()
+        waves = self.waves(plan, before)
+        record: dict[str, Any] = {"commit": self.new.commit, "previous": self.old.commit if self.old else None,
+                                  "waves": waves.as_dict(), "wave": 0, "phase": "starting", "timeline": [],
+                                  "started": time.time(), "before": _view_dump(before)}
+        self.journal.save(record)
+        self.on_event("started", record)
+        return self._from(record, waves, before, 0)
+
+    def resume(self, record: dict[str, Any]) -> RolloutResult:
+        """Finish or roll back a rollout a killed process left in RECORD (the journal)."""
+        waves = _wave_plan(record["waves"])
+        before = _view_load(record.get("before") or {})
+        self.pending = [FollowUp.model_validate(item) for item in record.get("pending_followups") or []]
+        self.log(f"rollout: resuming {record.get('phase')} of wave {record.get('wave', 0) + 1} "
+                 f"of commit {str(record.get('commit'))[:12]} after a restart")
+        if record.get("phase") == "rolling-back":
+            failed = record.get("failed_gate") or {"gate": "restart", "message": "interrupted rollback"}
+            return self._roll_back(record, waves, before, int(record.get("failed_wave") or 1), failed)
+        return self._from(record, waves, before, int(record.get("wave", 0)))
+
+    def _from(self, record: dict[str, Any], waves: WavePlan, before: SlurmView, start: int) -> RolloutResult:
+        result = RolloutResult("complete", self.new.commit, record.get("previous"), waves,
+                               timeline=list(record.get("timeline", [])))
+        for index in range(start, len(waves.waves)):
+            wave = waves.waves[index]
+            if self.options.should_stop():
+                result.status = "stopped"
+                return result
+            record.update(wave=index, phase="applying")
+            self.journal.save(record)
+            entry: dict[str, Any] = {"wave": wave.index, "name": wave.name, "nodes": wave.nodeset,
+                                     "started": time.time(), "gates": []}
+            self.log(f"rollout: wave {wave.index}/{len(waves.waves)} ({wave.name}): applying to {wave.nodeset}")
+            applied = self._apply(self.new, wave.nodes, record)
+            result.applied += applied.applied
+            result.steps += applied.steps
+            for node, messages in applied.failures.items():
+                result.failures.setdefault(node, []).extend(messages)
+            entry.update(applied_at=time.time(), changes=len(applied.applied))
+            failed: GateResult | None = None
+            if applied.failures or applied.stopped:
+                if applied.stopped and self.options.should_stop():
+                    result.status = "stopped"
+                    entry["ended"] = time.time()
+                    record["timeline"] = result.timeline + [entry]
+                    self.journal.save(record)
+                    return result
+                problems = [f"{n}: {m}" for n, ms in sorted(applied.failures.items()) for m in ms]
+                failed = GateResult("apply", False, "; ".join(problems + ([applied.stopped] if applied.stopped
+                                                                           else []))[:500],
+                                    sorted(applied.failures))
+            if failed is None and wave.gated:
+                record.update(phase="gating")
+                self.journal.save(record)
+                for name in waves.gates:
+                    gate = self.gates.run(name, wave.nodes, before)
+                    entry["gates"].append(gate.as_dict())
+                    self.log(f"rollout: wave {wave.index} gate {name}: {'passed' if gate.ok else 'FAILED'}"
+                             f" ({gate.message})")
+                    if not gate.ok:
+                        failed = gate
+                        break
+            if failed is None and wave.gated and waves.soak and index < len(waves.waves) - 1:
+                record.update(phase="soaking")
+                self.journal.save(record)
+                soak = self.gates.soak(wave.nodes, before, waves.soak)
+                entry["soak"] = soak.as_dict()
+                if not soak.ok:
+                    failed = soak
+            entry["ended"] = time.time()
+            entry["ok"] = failed is None
+            result.timeline.append(entry)
+            record["timeline"] = result.timeline
+            if failed is not None and not wave.gated:  # one shot (waves: all, bootstrap): fails as it always did
+                result.status, result.failed_wave, result.failed_gate = "failed", wave.index, failed.as_dict()
+                self.journal.clear()
+                return result
+            if failed is not None:
+                record.update(failed_wave=wave.index, failed_gate=failed.as_dict())
+                return self._roll_back(record, waves, before, wave.index, failed.as_dict(), result)
+            self.journal.save(record)
+        self.journal.clear()
+        self.on_event("finished", result.as_dict())
+        return result
+
+    def _apply(self, loaded: LoadedState, nodes: list[str], record: dict[str, Any]) -> ApplyResult:
+        """Plan LOADED against NODES (fresh facts) and apply it; its follow-ups are journaled first (a crash
+        after the files are written must still run the restarts they asked for)."""
+        run = open_reconcile(loaded, limit=hostlist.compress(nodes), transport=self.transport)
+        run.gather()
+        plan = run.plan()
+        carry_over(run.ctx, plan, self.pending)
+        self.pending = []
+        if not plan.has_changes:
+            return ApplyResult()
+        record["pending_followups"] = [step.model_dump(mode="json") for step in plan.followups]
+        self.journal.save(record)
+        result = run.apply(plan, self.options, log=self.log)
+        record.pop("pending_followups", None)
+        self.journal.save(record)
+        return result
+
+    # ------------------------------------------------------------ rolling back
+
+    def _roll_back(self, record: dict[str, Any], waves: WavePlan, before: SlurmView, failed_wave: int,
+                   gate: dict[str, Any], result: RolloutResult | None = None) -> RolloutResult:
+        """Put every node the commit reached back on the previous state, then resume the drains it caused."""
+        result = result or RolloutResult("rolled-back", self.new.commit, record.get("previous"), waves,
+                                         timeline=list(record.get("timeline", [])))
+        result.failed_wave, result.failed_gate = failed_wave, gate
+        reached = [n for w in waves.waves if w.index <= failed_wave for n in w.nodes]
+        record.update(phase="rolling-back", failed_wave=failed_wave, failed_gate=gate, timeline=result.timeline)
+        self.journal.save(record)
+        self.on_event("failed", result.as_dict())
+        started = time.time()
+        if self.old is None:
+            result.status = "failed"
+            result.rollback = {"ok": False, "nodes": hostlist.compress(reached),
+                               "error": "no last good commit to roll back to: the rollout stopped here"}
+            self.journal.clear()
+            return result
+        self.log(f"rollout: rolling back {hostlist.compress(reached)} to {str(self.old.commit)[:12]}")
+        undone = self._apply(self.old, reached, record)
+        resumed = self._resume_drains(reached, before, gate)
+        errors = [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
+        result.rollback = {"ok": not errors, "nodes": hostlist.compress(reached), "to": self.old.commit,
+                           "changes": len(undone.applied), "resumed": resumed, "errors": errors,
+                           "started": started, "ended": time.time()}
+        result.status = "rolled-back" if not errors else "rollback-failed"
+        self.journal.clear()
+        self.on_event("rolled-back", result.as_dict())
+        return result
+
+    def _resume_drains(self, nodes: list[str], before: SlurmView, gate: dict[str, Any]) -> list[str]:
+        """Resume the nodes the bad commit got drained: by Slurm for a prolog/epilog error, or by us; never
+        a drain that was there before the rollout or that anyone else set."""
+        now = self.gates.view()
+        if now.error:
+            self.log(f"rollout: cannot read Slurm's view to resume drains: {now.error}")
+            return []
+        drained = new_drains(before, now, nodes)
+        resumed = []
+        for node, reason in sorted(drained.items()):
+            if not (script_drain(reason) or ours(reason)):
+                continue
+            result = self.transport.run(self.gates.controller, resume_command(node))
+            if result.ok:
+                resumed.append(node)
+                self.log(f"rollout: resumed {node} (drained during the rollout: {reason})")
+            else:
+                self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
+        return resumed
+
+
+def _wave_plan(data: dict[str, Any]) -> WavePlan:
+    """A WavePlan back from its dict (the journal)."""
+    return WavePlan([Wave.from_dict(w) for w in data.get("waves", [])], list(data.get("gates", [])),
+                    int(data.get("soak_seconds", 0)), str(data.get("mode", "progressive")))
+
+
+def _view_dump(view: SlurmView) -> dict[str, Any]:
+    """The node states and reasons of a view, for the journal (what was drained before the rollout)."""
+    return {"error": view.error, "nodes": {n: {"state": f.state, "reason": f.reason} for n, f in view.nodes.items()}}
+
+
+def _view_load(data: dict[str, Any]) -> SlurmView:
+    """The inverse of _view_dump."""
+    from reconciler.facts.models import SlurmNodeFact
+
+    nodes = {n: SlurmNodeFact(name=n, state=v["state"], reason=v.get("reason"))
+             for n, v in (data.get("nodes") or {}).items()}
+    return SlurmView(nodes=nodes, error=data.get("error"))
