@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from reconciler import startup
 
@@ -167,6 +168,9 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
         result = run.plan()
     finally:
         run.close()
+    from reconciler.rollout.runner import annotate
+
+    annotate(run.ctx, result)
     if fmt == "json":
         click.echo(render_json(result, per_node=per_node), nl=False)
     elif fmt == "markdown":
@@ -188,17 +192,29 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
               help="Stop the rollout when more nodes than this have failed.")
 @click.option("--drain-timeout", type=float, default=3600.0, show_default=True,
               help="Seconds to wait for running jobs on a drained node before giving up.")
+@click.option("--waves", "waves_mode", type=click.Choice(["desired", "all"]), default="desired", show_default=True,
+              help="desired: the desired state's rollout (canary waves and gates); all: every node at once, "
+                   "no gates.")
+@click.option("--previous", default=None, type=click.Path(file_okay=False, exists=True),
+              help="The desired state the cluster had before (e.g. a checkout of the last applied commit): "
+                   "a failed gate rolls the waves back to it. Without it a failed gate stops the rollout.")
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
-          max_fail_percent: float, drain_timeout: float) -> None:
-    """Show the plan, ask, then apply it. Exit 0 when everything applied, 1 on any failure or unreachable node
-    (the reachable nodes are still applied)."""
+          max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None) -> None:
+    """Show the plan, ask, then apply it, wave by wave as the desired state's `rollout:` says (each wave gated;
+    a failed gate rolls back to --previous). Exit 0 when everything applied, 1 on any failure, rollback or
+    unreachable node (the reachable nodes are still applied)."""
     from reconciler.engine.apply import ApplyOptions
     from reconciler.engine.report import render_text
+    from reconciler.rollout.runner import annotate
 
     run = _open(directory, limit, forks)
+    old = load_or_exit(previous) if previous else None
     try:
         run.gather()
         result = run.plan()
+        if waves_mode == "all":
+            run.ctx.state.rollout.waves = "all"
+        waves = annotate(run.ctx, result)
         click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
         if not result.has_changes:
             sys.exit(1 if result.errors or result.unreachable else 0)
@@ -207,6 +223,8 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
             sys.exit(1)
         options = ApplyOptions(max_unavailable=max_unavailable, max_fail_percent=max_fail_percent,
                                drain_timeout=drain_timeout)
+        if len(waves.waves) > 1 or any(w.gated for w in waves.waves):
+            _apply_in_waves(run, result, old, options)  # exits
         outcome = run.apply(result, options, log=lambda line: click.echo(f"  {line}"))
     finally:
         run.close()
@@ -217,6 +235,28 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     if outcome.stopped:
         click.echo(f"STOPPED: {outcome.stopped}", err=True)
     sys.exit(0 if outcome.ok and not result.errors and not result.unreachable else 1)
+
+
+def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
+    """`apply` with waves and gates (reconciler/rollout); prints the timeline and exits."""
+    from reconciler.daemon.cli import timeline_lines
+    from reconciler.rollout.runner import MemoryJournal, RolloutRunner
+
+    runner = RolloutRunner(run.ctx.loaded, old, run.transport, options, MemoryJournal(),
+                           log=lambda line: click.echo(f"  {line}"))
+    outcome = runner.run(plan)  # the caller closes the transport
+    click.echo(f"\nrollout {outcome.status}: {outcome.reason}")
+    for line in timeline_lines(outcome.as_dict()):
+        click.echo(f"  {line}")
+    rollback = outcome.rollback or {}
+    if rollback.get("nodes"):
+        click.echo(f"rolled back {rollback['nodes']}" + (f"; resumed {', '.join(rollback['resumed'])}"
+                                                         if rollback.get("resumed") else "")
+                   + (f"; {rollback['error']}" if rollback.get("error") else ""))
+    for node, failures in sorted(outcome.failures.items()):
+        for failure in failures:
+            click.echo(f"FAILED {node}: {failure}", err=True)
+    sys.exit(0 if outcome.status == "complete" and not plan.errors and not plan.unreachable else 1)
 
 
 def _register_daemon() -> None:

@@ -840,9 +840,9 @@ class Rollout(Strict):
                                                  "the steps; all: every node at once, no gates (one shot)")
     canary: str | int = Field(default=1, description="The first wave: a node count, a percentage, or a hostlist "
                               "of canary nodes (those of them that change)")
-    steps: list[str | int] = Field(default_factory=lambda: list[str | int](["50%", "100%"]), description="Later waves: cumulative "
-                                   "sizes (counts or percentages of the changing nodes); the last wave always "
-                                   "takes every node left")
+    steps: list[str | int] = Field(default_factory=lambda: list[str | int](["50%", "100%"]),
+                                   description="Later waves: cumulative sizes (counts or percentages of the "
+                                   "changing nodes); the last wave always takes every node left")
     soak: str | int = Field(default="30s", description="Wait after a wave's gates pass; a wave node drained "
                             "by Slurm meanwhile (Prolog/Epilog error) fails the wave")
     gates: RolloutGates = Field(default_factory=RolloutGates)

@@ -118,7 +118,7 @@ def _state_options(func: Any) -> Any:
 
 def status_data(state_dir: Path) -> dict[str, Any]:
     """Everything `reconciler status` shows, as a dict."""
-    from reconciler.daemon.store import Store
+    from reconciler.daemon.store import JOURNAL_KEY, Store
 
     if not (state_dir / "state.db").exists():
         raise click.ClickException(f"no daemon state in {state_dir} (has `reconciler run` started?)")
@@ -133,6 +133,9 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "last_run": last.__dict__ if last else None,
             "drift": [d.__dict__ for d in store.current_drift()],
             "failing_checks": _failing_checks(store),
+            "rollout_in_flight": store.get(JOURNAL_KEY),
+            "last_rollout": next(iter(store.rollouts(1)), None),
+            "rolled_back": store.rolled_back(),
         }
     finally:
         store.close()
@@ -182,6 +185,51 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
     click.echo(f"failing checks: {len(checks)}" + (":" if checks else ""))
     for check in checks:
         click.echo(f"  {check['node']}  {check['check']}: {check['message']}")
+    for line in rollout_lines(data):
+        click.echo(line)
+
+
+def rollout_lines(data: dict[str, Any]) -> list[str]:
+    """The rollout part of `status`: the one in flight (wave n of m), the last one's timeline, rolled-back commits."""
+    out = []
+    flight = data.get("rollout_in_flight")
+    if flight:
+        waves = flight.get("waves", {}).get("waves", [])
+        index = int(flight.get("wave", 0))
+        wave = waves[index] if index < len(waves) else {}
+        out.append(f"rollout:        {str(flight.get('commit'))[:12]} wave {index + 1} of {len(waves)} "
+                   f"({flight.get('phase')}) on {wave.get('nodeset', '?')}")
+    last = data.get("last_rollout")
+    if last:
+        out.append(f"last rollout:   {str(last.get('commit'))[:12]} {last.get('status')}: {last.get('reason')}")
+        out += ["  " + line for line in timeline_lines(last)]
+        rollback = last.get("rollback") or {}
+        if rollback.get("nodes"):
+            out.append(f"  rolled back {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}"
+                       + (f"; resumed {', '.join(rollback['resumed'])}" if rollback.get("resumed") else ""))
+    for commit, why in sorted((data.get("rolled_back") or {}).items(), key=lambda kv: -float(kv[1].get("at", 0))):
+        drained = "; ".join(f"{n}: {r}" for n, r in sorted((why.get("drained") or {}).items()))
+        out.append(f"rolled back:    {commit[:12]} (not applied again; `reconciler rollout retry {commit[:12]}`): "
+                   f"wave {why.get('wave')} gate {why.get('gate')} on {why.get('nodes') or '-'}: {why.get('message')}"
+                   + (f" [drained: {drained}]" if drained else ""))
+    return out
+
+
+def timeline_lines(record: dict[str, Any]) -> list[str]:
+    """One line per wave of a rollout record: nodes, apply time, each gate, the soak."""
+    out = []
+    for entry in record.get("timeline", []):
+        start = float(entry.get("started", 0))
+        applied = float(entry.get("applied_at", start)) - start
+        parts = [f"wave {entry.get('wave')} ({entry.get('name')}) {entry.get('nodes')}: apply {applied:.1f}s"]
+        for gate in entry.get("gates", []):
+            verdict = "skipped" if gate.get("skipped") else ("ok" if gate.get("ok") else "FAILED")
+            parts.append(f"{gate.get('gate')} {verdict} {float(gate.get('seconds', 0)):.1f}s")
+        if entry.get("soak"):
+            parts.append(f"soak {'ok' if entry['soak'].get('ok') else 'FAILED'} "
+                         f"{float(entry['soak'].get('seconds', 0)):.1f}s")
+        out.append("; ".join(parts))
+    return out
 
 
 @click.command()
@@ -197,10 +245,11 @@ def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int
     store = Store(path)
     try:
         runs = store.runs(limit)
+        rollouts = {r["run_id"]: r for r in store.rollouts(limit)}
     finally:
         store.close()
     if fmt == "json":
-        click.echo(json.dumps([r.__dict__ for r in runs], indent=2))
+        click.echo(json.dumps([{**r.__dict__, "rollout": rollouts.get(r.run_id)} for r in runs], indent=2))
         return
     click.echo(f"{'started':19}  {'secs':>6}  {'trigger':11}  {'mode':7}  {'commit':12}  {'outcome':11}  changes")
     for r in runs:
@@ -208,6 +257,52 @@ def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
         click.echo(f"{stamp}  {secs:>6}  {r.trigger:11}  {r.mode:7}  {(r.commit or '-')[:12]:12}  {r.outcome:11}  "
                    f"{r.applied}/{r.changes}" + (f"  {r.error.splitlines()[0][:100]}" if r.error else ""))
+        if r.run_id in rollouts:
+            for line in timeline_lines(rollouts[r.run_id]):
+                click.echo(f"{'':21}{line}")
+            rollback = rollouts[r.run_id].get("rollback") or {}
+            if rollback.get("nodes"):
+                click.echo(f"{'':21}rollback of {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}: "
+                           f"{'ok' if rollback.get('ok') else 'FAILED'}")
 
 
-COMMANDS = [run, status, history]
+@click.group()
+def rollout() -> None:
+    """Progressive rollouts: what is in flight, and commits rolled back."""
+
+
+@rollout.command(name="status")
+@_state_options
+def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
+    """The rollout in flight, the last one with its timeline, and the commits rolled back."""
+    data = status_data(_state_dir(config_path, state_dir))
+    keys = ("rollout_in_flight", "last_rollout", "rolled_back")
+    if fmt == "json":
+        click.echo(json.dumps({k: data[k] for k in keys}, indent=2, default=str))
+        return
+    for line in rollout_lines(data) or ["no rollout recorded"]:
+        click.echo(line)
+
+
+@rollout.command(name="retry")
+@click.argument("commit")
+@click.option("--config", "config_path", default=None, help=f"Daemon config (default {DEFAULT_CONFIG}).")
+@click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config).")
+def rollout_retry(commit: str, config_path: str | None, state_dir: str | None) -> None:
+    """Let the daemon try a rolled-back COMMIT (a prefix) again at its next cycle."""
+    from reconciler.daemon.store import Store
+
+    path = _state_dir(config_path, state_dir) / "state.db"
+    if not path.exists():
+        raise click.ClickException(f"no daemon state at {path}")
+    store = Store(path)
+    try:
+        forgotten = store.retry_commit(commit)
+    finally:
+        store.close()
+    if not forgotten:
+        raise click.ClickException(f"no rolled-back commit starts with {commit!r}")
+    click.echo(f"will retry {', '.join(c[:12] for c in forgotten)} at the daemon's next cycle")
+
+
+COMMANDS = [run, status, history, rollout]

@@ -18,6 +18,7 @@ from reconciler.backend.base import Transport
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.rollouts import StoreJournal, outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import Store
@@ -31,6 +32,7 @@ from reconciler.facts.models import ClusterFacts, SlurmNodeFact
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
+from reconciler.rollout.runner import RolloutResult, RolloutRunner
 
 PENDING_FOLLOWUPS = "pending_followups"
 
@@ -56,6 +58,7 @@ class LoopState:
     retry_at: float = 0.0
     failed_commit: str | None = None
     ran_checks_for: set[str] = field(default_factory=set)
+    skipped: str | None = None  # a rolled-back commit already reported as skipped
 
 
 class Reconciler:
@@ -71,6 +74,7 @@ class Reconciler:
         self.state = LoopState(good=store.get("good_commit"), applied=store.get("applied_commit"),
                                seen_head=store.get("seen_head"))
         self.last_state: DesiredState | None = None
+        self.applied_target: Target | None = None  # the applied commit's desired state, what a rollback returns to
         self.check_target: LoadedState | None = None  # what the check worker checks: the last reconciled state
         self.check_attempts: dict[str, datetime] = {}
         self.last_pr_report = 0.0
@@ -233,6 +237,18 @@ class Reconciler:
         if target is None:
             self.log.warning("cycle.no_target", reason="no valid desired state yet")
             return None
+        journal = StoreJournal(self.store).load()
+        if journal is not None and self.config.mode == "enforce":
+            return self.recover(journal)
+        rolled_back = self.store.rolled_back()
+        if target.commit in rolled_back:
+            if self.state.skipped != target.commit:
+                self.log.warning("commit.rolled_back_skipped", commit=target.commit, keeping=self.state.applied,
+                                 gate=rolled_back[target.commit].get("gate"))
+                self.state.skipped = target.commit
+            target = self._target_of(self.state.applied) if self.state.applied else None
+            if target is None:
+                return None
         now = time.time()
         pending = target.commit != self.state.applied
         if not (force or new or pending and not self.state.retry_at or self.due(now)):
@@ -271,6 +287,17 @@ class Reconciler:
                 outcome = "drift" if plan.has_changes else ("partial" if error else "in-sync")
                 if not plan.has_changes and not error:
                     self._mark_applied(target)
+            elif not is_drift and target.loaded.state.rollout.waves == "progressive":
+                rollout = self._rollout(run, plan, target, run_id, log)
+                applied = len(rollout.applied)
+                self.store.mark_healed(rollout.applied)
+                outcome, rollout_error = outcome_of(rollout)
+                error = "; ".join(e for e in (rollout_error, error) if e) or None
+                if outcome == "applied" and error:
+                    outcome = "partial"
+                if outcome == "applied":
+                    self._mark_applied(target)
+                    self.store.set(PENDING_FOLLOWUPS, None)
             else:
                 result = self._apply(run, plan, log)
                 applied = len(result.applied)
@@ -426,11 +453,98 @@ class Reconciler:
             return []
         return [f"{r.check} on {r.node}: {r.message}" for r in check_store.latest(store.conn) if not r.ok]
 
+    def _apply_options(self) -> ApplyOptions:
+        return ApplyOptions(max_unavailable=self.config.max_unavailable, max_fail_percent=self.config.max_fail_percent,
+                            drain_timeout=float(self.config.seconds("drain_timeout")), should_stop=self.stop.is_set)
+
+    # ------------------------------------------------------------ progressive rollouts
+
+    def _rollout(self, run: Reconcile, plan: Plan, target: Target, run_id: str, log: Any) -> RolloutResult:
+        """Roll a new commit out in waves (reconciler/rollout), rolled back to the applied commit on a failed gate."""
+        previous = self._target_of(self.state.applied) if self.state.applied else None
+        if previous is not None and self.source is not None:
+            self.source.checkout(target.commit)  # the work tree follows the commit being applied
+        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, run.transport,
+                               self._apply_options(), StoreJournal(self.store),
+                               log=lambda line: log.info("rollout.step", step=line),
+                               on_event=lambda kind, data: self._rollout_event(kind, data, target))
+        started = time.time()
+        preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
+        with self.gate.applying(preempt, self.stop):
+            result = runner.run(plan)
+        self._finish_rollout(result, run_id, started)
+        return result
+
+    def recover(self, journal: dict[str, Any]) -> str:
+        """Finish or roll back the rollout a killed daemon left in the journal (one run, trigger `recover`)."""
+        run_id = _run_id()
+        commit = str(journal.get("commit") or "")
+        log = self.log.bind(run_id=run_id, commit=commit[:12])
+        self.store.start_run(run_id, "recover", self.config.mode, commit or None, None)
+        log.warning("rollout.recover", phase=journal.get("phase"), wave=int(journal.get("wave", 0)) + 1,
+                    previous=journal.get("previous"))
+        outcome, error, applied = "error", None, 0
+        started = time.time()
+        try:
+            new = self._target_of(commit)
+            old = self._target_of(journal["previous"]) if journal.get("previous") else None
+            if new is None:
+                raise RuntimeError(f"the commit in flight ({commit[:12]}) cannot be loaded again")
+            if self.source is not None:
+                self.source.checkout(commit)
+            with self.sessions.lease(new.loaded, self.config.ssh.forks, cycle=True) as transport:
+                runner = RolloutRunner(new.loaded, old.loaded if old else None, transport, self._apply_options(),
+                                       StoreJournal(self.store), log=lambda line: log.info("rollout.step", step=line),
+                                       on_event=lambda kind, data: self._rollout_event(kind, data, new))
+                with self.gate.applying(lambda: None, self.stop):
+                    result = runner.resume(journal)
+            self._finish_rollout(result, run_id, started)
+            applied = len(result.applied)
+            outcome, error = outcome_of(result)
+            if outcome == "applied":
+                self._mark_applied(new)
+            self._after_outcome(outcome, commit)
+        except Exception as exc:  # noqa: BLE001 - the journal stays: the next start tries again
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("rollout.recover_failed", error=error)
+        self.store.finish_run(run_id, outcome, applied=applied, error=error)
+        self.metrics.runs.labels(outcome=outcome).inc()
+        self.state.last_reconcile = time.time()
+        return outcome
+
+    def _finish_rollout(self, result: RolloutResult, run_id: str, started: float) -> None:
+        """Record the rollout, remember a rolled-back commit, reset the wave gauge."""
+        record = result.as_dict()
+        self.store.record_rollout(run_id, record, started)
+        self.metrics.rollout_wave.set(0)
+        self.metrics.rollout_waves.set(0)
+        if result.status in ("rolled-back", "rollback-failed") and result.commit:
+            self.store.mark_rolled_back(result.commit, {**rolled_back_record(result), "at": time.time(),
+                                                        "status": result.status})
+            self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
+
+    def _rollout_event(self, kind: str, data: dict[str, Any], target: Target) -> None:
+        """A rollout's progress: the wave gauge, and what notifications say."""
+        if kind == "wave":
+            self.metrics.rollout_wave.set(int(data["wave"]))
+            self.metrics.rollout_waves.set(int(data["waves"]))
+        notify = getattr(self, "notify_event", None)
+        if notify is not None:
+            notify(kind, data, target)
+
+    def _target_of(self, commit: str | None) -> Target | None:
+        """The target of an earlier commit (the applied one, a rollout's): from memory, or checked out again."""
+        if commit is None:
+            return None
+        if self.applied_target is not None and self.applied_target.commit == commit:
+            return self.applied_target
+        if self.source is None or commit.startswith("local:"):
+            return None  # local mode keeps only the applied content it saw
+        directory = self.source.checkout(commit)
+        return self._load_target(commit, self.source.subject(commit), directory)
+
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
-        options = ApplyOptions(max_unavailable=self.config.max_unavailable,
-                               max_fail_percent=self.config.max_fail_percent,
-                               drain_timeout=float(self.config.seconds("drain_timeout")),
-                               should_stop=self.stop.is_set)
+        options = self._apply_options()
         preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
         with self.gate.applying(preempt, self.stop) as preempted:  # never at the same time as a health check
             if preempted:
@@ -467,6 +581,7 @@ class Reconciler:
             self.state.failures, self.state.retry_at, self.state.failed_commit = 0, 0.0, None
 
     def _mark_applied(self, target: Target) -> None:
+        self.applied_target = target
         self.state.applied = target.commit
         self.store.set("applied_commit", target.commit)
         self.store.set("applied_at", time.time())

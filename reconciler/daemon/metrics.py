@@ -53,6 +53,11 @@ class Metrics:
                                     "sessions: first contact and reconnects only)", registry=r)
         self.check_gpu_seconds = Counter("reconciler_check_gpu_seconds_total", "GPU-seconds spent on health checks",
                                          ["check"], registry=r)
+        self.rollout_wave = Gauge("reconciler_rollout_wave", "The wave a rollout is applying or gating (0: none in "
+                                  "flight)", registry=r)
+        self.rollout_waves = Gauge("reconciler_rollout_waves", "How many waves the rollout in flight has", registry=r)
+        self.rollbacks = Counter("reconciler_rollbacks", "Commits rolled back, by the gate that failed",
+                                 ["gate"], registry=r)
 
     def serve(self, listen: str, page: Callable[[], str] | None = None) -> Any:
         """Serve /metrics (and PAGE's HTML at /) on host:port in a background thread; return the server."""

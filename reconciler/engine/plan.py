@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -48,6 +48,8 @@ class Plan(BaseModel):
     unreachable: dict[str, str] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    rollout: dict[str, Any] | None = Field(default=None, description="How the changes go out (set by the rollout "
+                                           "layer): mode, waves with their node sets, gates, soak; `lines` to show")
 
     def changing(self) -> list[Change]:
         """The changes that would modify something."""

@@ -58,6 +58,9 @@ def _followups_text(plan: Plan) -> list[str]:
         lines.append("\nThen:")
         lines += [f"  - {text}" for text in consequences]
         lines += [f"    ({reason})" for reason in plan.consequence_reasons()]
+    if plan.rollout and plan.rollout.get("lines") and plan.has_changes:
+        lines.append("\nRollout:")
+        lines += [f"  - {text}" for text in plan.rollout["lines"]]
     return lines
 
 
@@ -147,6 +150,8 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
     consequences = plan.consequences()
     if consequences:
         head += ["**Consequences**", ""] + [f"- {c}" for c in consequences] + [""]
+    if plan.rollout and plan.rollout.get("lines") and plan.has_changes:
+        head += ["**Rollout**", ""] + [f"- {line}" for line in plan.rollout["lines"]] + [""]
     if plan.unreachable:
         head += ["**Unreachable nodes**", ""] + [f"- `{n}`: {why}" for n, why in fold_reasons_by_node(plan.unreachable)]
         head.append("")

@@ -20,6 +20,7 @@ from reconciler.backend.base import Transport
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.drivers.node_state import ours, resume_command
 from reconciler.engine.apply import ApplyOptions, ApplyResult
+from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
@@ -106,6 +107,22 @@ def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
     return None
 
 
+def plan_rollout(ctx: Context, plan: Plan) -> WavePlan:
+    """The waves PLAN would go out in, from the facts already gathered (Slurm's view included): no round trip."""
+    state = ctx.state
+    view = SlurmView(nodes=dict(ctx.facts.slurm_nodes), error=ctx.facts.slurm_view_error)
+    slurm = slurm_nodes(state)
+    return plan_waves(plan, state.rollout, list(ctx.specs), slurm, has_node_checks=bool(state.checks.node),
+                      bootstrap=bootstrap_reason(view, slurm))
+
+
+def annotate(ctx: Context, plan: Plan) -> WavePlan:
+    """Attach the waves to the plan (`Plan.rollout`), for the text and JSON plans and the PR comment."""
+    waves = plan_rollout(ctx, plan)
+    plan.rollout = {**waves.as_dict(), "lines": waves.lines()}
+    return waves
+
+
 class RolloutRunner:
     """One commit's rollout over a transport the caller owns (never closed here)."""
 
@@ -170,6 +187,8 @@ class RolloutRunner:
             entry: dict[str, Any] = {"wave": wave.index, "name": wave.name, "nodes": wave.nodeset,
                                      "started": time.time(), "gates": []}
             self.log(f"rollout: wave {wave.index}/{len(waves.waves)} ({wave.name}): applying to {wave.nodeset}")
+            self.on_event("wave", {"wave": wave.index, "waves": len(waves.waves), "name": wave.name,
+                                   "nodes": wave.nodeset, "commit": self.new.commit})
             applied = self._apply(self.new, wave.nodes, record)
             result.applied += applied.applied
             result.steps += applied.steps
