@@ -65,6 +65,14 @@ def _slurm(state: DesiredState, known: set[str]) -> Iterator[Problem]:
                 yield ("cluster", "gres", "lines", index, "nodes"), f"unknown nodes: {_names(missing)}"
 
 
+def _under_export(server: tuple[str, str], exported: set[tuple[str, str]]) -> bool:
+    """True when the server's path is an exported path or below one (NFS mounts subdirectories of an export)."""
+    host, path = server
+    path = path.rstrip("/") or "/"
+    return any(host == h and (path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") or p == "/")
+               for h, p in exported)
+
+
 def _storage(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> Iterator[Problem]:
     servers = {name for name, r in roles.items() if "nfs-server" in r}
     exported: set[tuple[str, str]] = set()
@@ -89,7 +97,7 @@ def _storage(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -
                 break
             taken[key] = index
         server = mount.nfs_server()
-        if server and server[0] in known and server not in exported and state.storage.exports:
+        if server and server[0] in known and state.storage.exports and not _under_export(server, exported):
             yield ("storage", "mounts", index, "source"), f"{mount.source} is not exported in storage.exports"
 
 

@@ -317,3 +317,17 @@ def test_raw_nel_is_refused_at_its_line_not_folded_into_a_space(tmp_path: Path) 
     [error] = caught.value.errors
     assert error.location is not None and error.location.file == "cluster.yaml"
     assert error.location.line == number + 1 and "U+0085" in error.message
+
+
+@pytest.mark.parametrize(("source", "ok"), [("nfs01:/export/shared/projects", True), ("nfs01:/export/shared/", True),
+                                            ("nfs01:/export/sharedx", False), ("nfs01:/export", False)])
+def test_mount_of_an_export_or_a_directory_below_it(example_copy: Path, source: str, ok: bool) -> None:
+    """NFS mounts a subdirectory of an export; a sibling or a parent of an export is not exported."""
+    plant(example_copy / "storage.yaml", "    - source: nfs01:/export/shared\n", f"    - source: {source}\n")
+    try:
+        load_dir(example_copy)
+        errors: list[str] = []
+    except DesiredStateError as exc:
+        errors = [e.message for e in exc.errors]
+    assert (errors == []) is ok, errors
+    assert ok or any("is not exported" in e for e in errors)

@@ -1,0 +1,214 @@
+"""Progressive rollouts on 16 compute nodes with real Slurm: a bad commit stops at the canary and is rolled back.
+
+Every test pushes real commits to a real Git remote and watches a real `reconciler run` (enforce) apply them in
+three waves (canary gpu01, then gpu[02-08], then gpu[09-16]), gated by a real smoke job through a real
+reservation. Notifications go through real Apprise to a local JSON receiver.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from tests.daemon.harness import REPO, DaemonProcess
+from tests.rollout.conftest import COMPUTES, GOOD_PROLOG, RolloutBed, journal
+
+pytestmark = pytest.mark.timeout(900)
+PROLOG = "/etc/slurm/prolog.sh"
+MANAGED = "/etc/rollout-test.conf"
+
+
+def prolog_patch(content: str) -> Any:
+    """An edit of patches.yaml replacing the prolog patch's content."""
+    def edit(text: str) -> str:
+        head, _, _ = text.partition("    content: |\n")
+        body = "".join(f"      {line}\n" for line in content.splitlines())
+        return head + "    content: |\n" + body
+    return edit
+
+
+def files_yaml(content: str) -> Any:
+    """files.yaml: one managed file on every compute node."""
+    body = "".join(f"      {line}\n" for line in content.splitlines())
+    return lambda _: f"files:\n  - path: {MANAGED}\n    nodes: gpu[01-16]\n    content: |\n{body}"
+
+
+def status_text(daemon: DaemonProcess) -> str:
+    """`reconciler status` as an admin reads it."""
+    out = subprocess.run([sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(daemon.state_dir)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def rollouts_of(daemon: DaemonProcess, commit: str) -> list[dict[str, Any]]:
+    """Rollout records of COMMIT, from `reconciler history --format json`."""
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "reconciler.cli", "history", "--state-dir", str(daemon.state_dir),
+                          "--format", "json", "--limit", "50"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [r["rollout"] for r in json.loads(out.stdout) if r.get("rollout") and r["rollout"]["commit"] == commit]
+
+
+def rolled_back(daemon: DaemonProcess, commit: str, timeout: float = 240) -> dict[str, Any]:
+    """Wait until COMMIT is recorded as rolled back; its record."""
+    return daemon.wait_for(f"{commit[:12]} rolled back",
+                           lambda: (daemon.status().get("rolled_back") or {}).get(commit), timeout)
+
+
+def mtimes(rbed: RolloutBed, path: str) -> dict[str, str]:
+    """PATH's modification time (ns) and inode on every compute node."""
+    return rbed.on_all(f"stat -c '%.9Y %i' {path} 2>/dev/null || echo absent")
+
+
+@pytest.fixture(scope="module")
+def daemon(rbed: RolloutBed) -> DaemonProcess:
+    """One daemon for the module's tests (each pushes its own commits)."""
+    running = rbed.daemon(state_dir=rbed.root / "state-main")
+    running.wait_applied(rbed.remote.head(), timeout=120)
+    return running
+
+
+def test_bad_prolog_stops_at_the_canary_is_rolled_back_and_never_retried(rbed: RolloutBed,
+                                                                         daemon: DaemonProcess) -> None:
+    before = mtimes(rbed, PROLOG)
+    assert set(rbed.on_all(f"cat {PROLOG}").values()) == {GOOD_PROLOG.strip()}
+    bad = rbed.remote.commit("prolog that fails", {"patches.yaml": prolog_patch("#!/bin/sh\necho no >&2\nexit 1")})
+
+    record = rolled_back(daemon, bad)
+    assert record["gate"] == "smoke-job", record
+    assert record["nodes"] == "gpu01", record
+    # Only the canary got it, and it has the old script back; no other node's file was touched.
+    after = mtimes(rbed, PROLOG)
+    assert {n: after[n] for n in COMPUTES[1:]} == {n: before[n] for n in COMPUTES[1:]}
+    assert set(rbed.on_all(f"cat {PROLOG}").values()) == {GOOD_PROLOG.strip()}
+    # Slurm drained the canary ("Prolog error"); the rollback resumed it: every node takes a job again.
+    assert rbed.drained() == {}
+    srun = rbed.bed.exec("ctl", "timeout 60 srun -N16 --immediate=30 true", check=False)
+    assert srun.returncode == 0, srun.stderr
+    text = status_text(daemon)
+    assert "smoke-job" in text and "gpu01" in text and "Prolog error" in text, text
+    # Exactly one notification says so, with the folded nodes.
+    rolled = daemon.wait_for("the rolled-back message", lambda: rbed.webhook.titled("rolled back"), 30)
+    assert len(rolled) == 1 and "gpu01" in str(rolled[0]), rbed.webhook.messages
+
+    # The commit is not applied again on the next cycles (1 s polls).
+    time.sleep(6)
+    assert len(rollouts_of(daemon, bad)) == 1
+    assert mtimes(rbed, PROLOG) == after
+    assert any(e.get("event") == "commit.rolled_back_skipped" for e in daemon.events())
+    assert len(rbed.webhook.titled("rolled back")) == 1
+
+    fixed = rbed.remote.commit("prolog fixed", {"patches.yaml": prolog_patch("#!/bin/sh\necho fixed\nexit 0")})
+    daemon.wait_applied(fixed, timeout=300)
+    (done,) = rollouts_of(daemon, fixed)
+    assert done["status"] == "complete", done
+    assert [w["nodeset"] for w in done["waves"]["waves"]] == ["gpu01", "gpu[02-08]", "gpu[09-16]"]
+    assert all(w["ok"] for w in done["timeline"]) and len(done["timeline"]) == 3
+    assert set(rbed.on_all(f"cat {PROLOG}").values()) == {"#!/bin/sh\necho fixed\nexit 0"}
+    assert rbed.drained() == {}
+
+
+def test_mount_of_a_missing_export_fails_on_the_canary_and_is_restored(rbed: RolloutBed,
+                                                                        daemon: DaemonProcess) -> None:
+    fstab = rbed.on_all("cat /etc/fstab")
+    stamps = mtimes(rbed, "/etc/fstab")
+    storage = rbed.remote.work / "storage.yaml"
+    mount = ("    - source: ctl:/srv/shared/does-not-exist\n      mountpoint: /data\n      nodes: gpu[01-16]\n")
+    bad = rbed.remote.commit("mount a path the server does not export",
+                             {"storage.yaml": lambda text: text.replace("images:\n", mount + "images:\n")})
+    assert "/srv/shared/does-not-exist" in storage.read_text()
+
+    record = rolled_back(daemon, bad)
+    assert record["nodes"] == "gpu01", record
+    assert "No such file or directory" in str(record), record
+    assert rbed.on_all("cat /etc/fstab") == fstab
+    assert {n: v for n, v in mtimes(rbed, "/etc/fstab").items() if n != "gpu01"} == \
+        {n: v for n, v in stamps.items() if n != "gpu01"}
+    assert rbed.on_all("mountpoint -q /data && echo mounted || echo no") == {n: "no" for n in COMPUTES}
+    assert rbed.on_all("mountpoint -q /shared && echo mounted || echo no") == {n: "mounted" for n in COMPUTES}
+    assert rbed.drained() == {}
+    # Put the desired state back as it was, so later tests start from a clean commit.
+    good = rbed.remote.commit("drop the bad mount", {"storage.yaml": lambda text: text.replace(mount, "")})
+    daemon.wait_applied(good, timeout=120)
+
+
+def test_good_commit_goes_through_three_waves_without_touching_a_running_job(rbed: RolloutBed,
+                                                                             daemon: DaemonProcess) -> None:
+    job = rbed.exec("ctl", "sbatch --parsable -w gpu05 -n1 --wrap 'sleep 900'").strip()
+    daemon.wait_for("the job to run", lambda: rbed.exec("ctl", f"squeue -h -j {job} -o %T").strip() == "RUNNING",
+                    60)
+    try:
+        good = rbed.remote.commit("a managed file everywhere", {"files.yaml": files_yaml("setting = 1")})
+        daemon.wait_applied(good, timeout=300)
+        assert rbed.exec("ctl", f"squeue -h -j {job} -o %T").strip() == "RUNNING"
+        (done,) = rollouts_of(daemon, good)
+        assert done["status"] == "complete"
+        timeline = done["timeline"]
+        assert [w["nodes"] for w in timeline] == ["gpu01", "gpu[02-08]", "gpu[09-16]"]
+        for wave in timeline:
+            assert wave["started"] <= wave["applied_at"] <= wave["ended"]
+            assert [g["gate"] for g in wave["gates"]] == ["smoke-job"] and all(g["ok"] for g in wave["gates"])
+        assert "soak" in timeline[0] and "soak" in timeline[1] and timeline[1]["soak"]["ok"]
+        # The smoke job ran beside the job on gpu05 (one CPU of two): it was not skipped there.
+        assert "skipped" not in timeline[1]["gates"][0]["message"]
+        assert set(rbed.on_all(f"cat {MANAGED}").values()) == {"setting = 1"}
+        assert "rollout" in status_text(daemon)
+    finally:
+        rbed.exec("ctl", f"scancel {job}", check=False)
+
+
+@pytest.mark.parametrize("phase", ["applying", "gating", "soaking"])
+def test_sigkill_during_wave_two_is_finished_on_the_next_start(rbed: RolloutBed, daemon: DaemonProcess,
+                                                               phase: str) -> None:
+    daemon.stop()
+    state_dir = daemon.state_dir
+    old = set(rbed.on_all(f"cat {MANAGED} 2>/dev/null").values())
+    content = f"setting = {phase}"
+    running = rbed.daemon(state_dir=state_dir)
+    commit = rbed.remote.commit(f"kill during wave 2 {phase}", {"files.yaml": files_yaml(content)})
+    running.wait_for(f"wave 2 {phase}", lambda: (j := journal(state_dir)) is not None and j.get("commit") == commit
+                     and j.get("wave") == 1 and j.get("phase") == phase, 240)
+    running.kill()
+    # Right after the kill: every node has the old or the new file, whole; the journal says which wave was on.
+    seen = rbed.on_all(f"cat {MANAGED}")
+    assert set(seen.values()) <= old | {content}, seen
+    assert journal(state_dir) is not None
+
+    restarted = rbed.daemon(state_dir=state_dir)
+    restarted.wait_applied(commit, timeout=300)
+    assert set(rbed.on_all(f"cat {MANAGED}").values()) == {content}
+    assert journal(state_dir) is None
+    assert any(e.get("event") == "rollout.recover" for e in restarted.events())
+    assert rbed.drained() == {}
+    restarted.stop()
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0])
+def test_sigkill_during_a_rollback_is_finished_on_the_next_start(rbed: RolloutBed, daemon: DaemonProcess,
+                                                                  delay: float) -> None:
+    daemon.stop()
+    state_dir = daemon.state_dir
+    good = rbed.on_all(f"cat {PROLOG}")
+    running = rbed.daemon(state_dir=state_dir)
+    bad = rbed.remote.commit(f"failing prolog {delay}",
+                             {"patches.yaml": prolog_patch(f"#!/bin/sh\n# {delay}\nexit 1")})
+    running.wait_for("the rollback", lambda: (j := journal(state_dir)) is not None and j.get("commit") == bad
+                     and j.get("phase") == "rolling-back", 240)
+    time.sleep(delay)
+    running.kill()
+
+    restarted = rbed.daemon(state_dir=state_dir)
+    record = rolled_back(restarted, bad)
+    assert record["nodes"] == "gpu01"
+    assert rbed.on_all(f"cat {PROLOG}") == good
+    assert journal(state_dir) is None
+    assert rbed.drained() == {}
+    time.sleep(3)
+    assert len([r for r in rollouts_of(restarted, bad) if r["status"] == "rolled-back"]) == 1
+    restarted.stop()
