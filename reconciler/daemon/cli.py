@@ -57,6 +57,14 @@ def run(config_path: str | None, watch_dir: str | None, mode: str | None, state_
         config = DaemonConfig.model_validate({**config.model_dump(), **update})
     if metrics_listen:
         config = config.model_copy(update={"metrics_listen": None if metrics_listen == "off" else metrics_listen})
+    if config.notifications is not None:
+        from reconciler.notify import NotifyConfigError, check_targets
+
+        try:  # a missing url_env variable or url_file fails the start, naming it (never the URL)
+            check_targets(config.notifications, path.parent if path else Path.cwd())
+        except NotifyConfigError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
     if once:
         sys.exit(_run_once(config, path))
     sys.exit(run_daemon(config, path))
@@ -83,6 +91,8 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
         reconciler = Reconciler(config, store, Metrics(), threading.Event(),
                                 config_dir=path.parent if path else Path.cwd())
         outcome = reconciler.cycle("once", force=True)
+        if reconciler.notifier is not None:
+            reconciler.notifier.close(timeout=10.0)
     finally:
         store.close()
         lock.close()

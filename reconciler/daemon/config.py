@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -95,6 +96,48 @@ class ForgeConfig(ForgeClientConfig):
     _interval = field_validator("interval")(lambda cls, v: _duration(v))
 
 
+NOTIFY_EVENTS = ("rollout-started", "rollout-finished", "rolled-back", "node-drained", "apply-failed", "drift-healed",
+                 "source-unreachable", "invalid-commit")
+
+
+def _events(values: list[str]) -> list[str]:
+    unknown = [v for v in values if v not in NOTIFY_EVENTS]
+    if unknown:
+        raise ValueError(f"unknown event(s) {', '.join(unknown)}; known: {', '.join(NOTIFY_EVENTS)}")
+    return values
+
+
+class NotifyTarget(Strict):
+    """One Apprise destination: exactly one of url, url_env, url_file (secrets belong in the last two)."""
+
+    url: str | None = Field(default=None, description="An Apprise URL without secrets, e.g. json://host:8080/hook")
+    url_env: str | None = Field(default=None, description="Name of an environment variable holding the URL")
+    url_file: str | None = Field(default=None, description="File whose content (stripped) is the URL")
+    events: list[str] | None = Field(default=None, description="Only these events (default: the section's events)")
+
+    _events = field_validator("events")(lambda cls, v: v if v is None else _events(v))
+
+    @model_validator(mode="after")
+    def _one_url(self) -> NotifyTarget:
+        if sum(v is not None for v in (self.url, self.url_env, self.url_file)) != 1:
+            raise ValueError("give exactly one of url, url_env, url_file")
+        if self.url is not None and re.match(r"^[a-z][a-z0-9+.-]*://[^/?#]*@", self.url, re.IGNORECASE):
+            raise ValueError("url holds credentials: put it in url_env or url_file")
+        return self
+
+
+class NotificationsConfig(Strict):
+    """Messages to chat, e-mail or webhooks through Apprise (https://github.com/caronc/apprise)."""
+
+    targets: list[NotifyTarget] = Field(min_length=1)
+    events: list[str] = Field(default_factory=lambda: list(NOTIFY_EVENTS), description="Events sent (default: all)")
+    rate_limit: str | int = Field(default="1m", description="Minimum spacing of messages with the same event and key")
+    source_unreachable_after: str | int = Field(default="15m", description="Git fetch failing this long: a message")
+
+    _events = field_validator("events")(lambda cls, v: _events(v))
+    _durations = field_validator("rate_limit", "source_unreachable_after")(lambda cls, v: _duration(v))
+
+
 class DaemonConfig(Strict):
     """Everything `reconciler run` needs."""
 
@@ -119,6 +162,7 @@ class DaemonConfig(Strict):
     drain_timeout: str | int = "1h"
     ssh_idle_timeout: str | int = Field(default="10m", description="Persistent SSH sessions: a node connection unused "
                                         "this long is closed (0: a fresh connection per cycle, no persistence)")
+    notifications: NotificationsConfig | None = None
 
     _durations = field_validator("poll_interval", "drift_interval", "drain_timeout",
                                  "ssh_idle_timeout")(lambda cls, v: _duration(v))

@@ -14,9 +14,11 @@ from typing import Any
 
 import structlog
 
+from reconciler import notify
 from reconciler.backend.base import Transport
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.logs import redact_url_credentials
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.rollouts import StoreJournal, outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
@@ -32,6 +34,7 @@ from reconciler.facts.models import ClusterFacts, SlurmNodeFact
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
+from reconciler.notify import Message, Notifier
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
 
 PENDING_FOLLOWUPS = "pending_followups"
@@ -85,6 +88,9 @@ class Reconciler:
         self.gate = Gate()
         self.background: Background | None = None
         self._connects_seen = 0
+        self.notifier = Notifier(config.notifications, self.config_dir) if config.notifications else None
+        self._source_failing_since: float | None = None  # first of the current run of failed fetches
+        self._source_down_sent = False
         head = store.get("head_status") or {}
         metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
 
@@ -132,6 +138,7 @@ class Reconciler:
             self.store.set("source_error", {"error": fetched.error, "at": time.time()})
         else:
             self.store.set("source_error", None)
+        self._watch_source(fetched.error)
         head = fetched.head
         if head is None:
             return None, False
@@ -160,6 +167,7 @@ class Reconciler:
             self.metrics.source_ok.set(0)
             self.metrics.runs.labels(outcome="unverified").inc()
             self.log.error("commit.unverified", commit=head, error=unsigned, keeping=self.state.good)
+            self._notify(lambda: notify.invalid_commit_message(head, [unsigned], subject, why="unverified"))
             return
         directory = self.source.checkout(head)
         try:
@@ -172,6 +180,7 @@ class Reconciler:
             self.metrics.source_ok.set(0)
             self.metrics.runs.labels(outcome="invalid").inc()
             self.log.error("commit.invalid", commit=head, errors=errors, keeping=self.state.good)
+            self._notify(lambda: notify.invalid_commit_message(head, errors, subject))
             return
         self.store.set("head_status", {"commit": head, "status": "valid", "errors": []})
         self.metrics.source_ok.set(1)
@@ -196,6 +205,7 @@ class Reconciler:
                 self.store.set("head_status", {"commit": digest, "status": "invalid", "errors": errors})
                 self.metrics.source_ok.set(0)
                 self.log.error("local.invalid", commit=digest, errors=errors)
+                self._notify(lambda: notify.invalid_commit_message(digest, errors))
                 return None, new
             self.store.set("head_status", {"commit": digest, "status": "valid", "errors": []})
             self.metrics.source_ok.set(1)
@@ -295,6 +305,9 @@ class Reconciler:
                 error = "; ".join(e for e in (rollout_error, error) if e) or None
                 if outcome == "applied" and error:
                     outcome = "partial"
+                if rollout.status == "failed" and self.state.failed_commit != target.commit:  # not rolled back
+                    self._notify(lambda: notify.apply_failed_message(target.commit, rollout.failures, error,
+                                                                     target.loaded.state.cluster.name, target.subject))
                 if outcome == "applied":
                     self._mark_applied(target)
                     self.store.set(PENDING_FOLLOWUPS, None)
@@ -305,6 +318,13 @@ class Reconciler:
                 done = {id(c) for c in result.applied}
                 self._export_drift([c for c in plan.changing() if id(c) not in done], plan, target)
                 outcome, error = self._apply_outcome(result, plan, error)
+                if outcome == "failed" and self.state.failed_commit != target.commit:  # the first failure only
+                    self._notify(lambda: notify.apply_failed_message(target.commit, result.failures, error,
+                                                                     target.loaded.state.cluster.name, target.subject))
+                elif is_drift and result.applied and outcome != "stopped":
+                    self._notify(lambda: notify.drift_healed_message(
+                        target.commit, [(c.node, c.driver, c.resource, c.summary) for c in result.applied],
+                        target.loaded.state.cluster.name))
                 if outcome == "applied":
                     self._mark_applied(target)
                     self.store.set(PENDING_FOLLOWUPS, None)
@@ -375,7 +395,7 @@ class Reconciler:
     def run_checks(self, transport: Transport, loaded: LoadedState, names: list[str] | None, why: str,
                    store: Store, should_stop: Callable[[], bool]) -> None:
         """Run health checks over TRANSPORT; record (in STORE), export, drain/resume as they decide."""
-        from reconciler.checks.runner import ChecksCancelled, run_checks
+        from reconciler.checks.runner import ChecksCancelled, check_run
 
         state = loaded.state
         if not (state.checks.node or state.checks.nccl) or should_stop():
@@ -387,9 +407,10 @@ class Reconciler:
         for name in attempted:
             self.check_attempts[name] = now
         try:
-            results = run_checks(loaded, transport, store.conn, names=names,
-                                 log=lambda line: log.info("check.step", **_step_fields(line)),
-                                 should_stop=should_stop)
+            checked = check_run(loaded, transport, store.conn, names=names,
+                                log=lambda line: log.info("check.step", **_step_fields(line)),
+                                should_stop=should_stop)
+            results = checked.results
         except ChecksCancelled:
             for name in attempted:  # nothing recorded: due again as soon as nothing stops them
                 self.check_attempts.pop(name, None)
@@ -400,6 +421,9 @@ class Reconciler:
             return
         if any(not r.skipped for r in results):
             self._refresh_drained(transport, state, store)
+        drains = [(a.node, a.check, a.reason) for a in checked.actions if a.kind == "drain" and a.done]
+        if drains:
+            self._notify(lambda: notify.drained_message(drains, state.cluster.name))
         for result in results:
             if result.skipped:
                 continue
@@ -528,9 +552,42 @@ class Reconciler:
         if kind == "wave":
             self.metrics.rollout_wave.set(int(data["wave"]))
             self.metrics.rollout_waves.set(int(data["waves"]))
-        notify = getattr(self, "notify_event", None)
-        if notify is not None:
-            notify(kind, data, target)
+        notify_event = getattr(self, "notify_event", None)
+        if notify_event is not None:
+            notify_event(kind, data, target)
+
+    # ------------------------------------------------------------ notifications (reconciler/notify.py)
+
+    def _notify(self, build: Callable[[], Message | None]) -> None:
+        """Build and queue a message when notifications are configured (never blocks, never raises)."""
+        if self.notifier is None:
+            return
+        try:  # called from inside applies, rollouts and checks: a message must never stop them
+            self.notifier.send(build())
+        except Exception as exc:  # noqa: BLE001
+            self.log.exception("notify.error", error=f"{type(exc).__name__}: {exc}")
+
+    def notify_event(self, kind: str, data: dict[str, Any], target: Target) -> None:
+        """A rollout's start, end or rollback as one message (waves and the failure before a rollback: none)."""
+        self._notify(lambda: notify.rollout_message(kind, data, target.loaded.state.cluster.name, target.subject))
+
+    def _watch_source(self, error: str | None) -> None:
+        """One message when fetches have failed for source_unreachable_after, one when they work again."""
+        if self.notifier is None:
+            return
+        now = time.monotonic()
+        source = self.config.repository.url if self.config.repository else "the repository"
+        if error is None:
+            if self._source_down_sent:
+                self._notify(lambda: notify.source_message(redact_url_credentials(source), None, None))
+            self._source_failing_since, self._source_down_sent = None, False
+            return
+        if self._source_failing_since is None:
+            self._source_failing_since = now
+        failing = now - self._source_failing_since
+        if not self._source_down_sent and failing >= self.notifier.source_unreachable_after:
+            self._source_down_sent = True
+            self._notify(lambda: notify.source_message(redact_url_credentials(source), error, failing))
 
     def _target_of(self, commit: str | None) -> Target | None:
         """The target of an earlier commit (the applied one, a rollout's): from memory, or checked out again."""

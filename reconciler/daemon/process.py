@@ -21,6 +21,7 @@ from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store
 from reconciler.daemon.workers import Background
 from reconciler.loader import DesiredStateError
+from reconciler.notify import Notifier, NotifyConfigError
 
 STOP_DEADLINE = 25.0  # SIGTERM: the run in flight gets this long to finish its node operation, then we exit
 REAP_EVERY = 30.0  # seconds between looks for idle SSH connections (at most this late past ssh_idle_timeout)
@@ -122,6 +123,14 @@ class Daemon:
         if new.state_dir != self.config.state_dir:
             self.log.error("config.reload_failed", errors=["state_dir cannot change without a restart"])
             return
+        try:
+            notifier = Notifier(new.notifications, self.config_path.parent) if new.notifications else None
+        except NotifyConfigError as exc:
+            self.log.error("config.reload_failed", errors=[str(exc)], keeping="old config")
+            return
+        if reconciler.notifier is not None:
+            reconciler.notifier.close(timeout=1.0)
+        reconciler.notifier = notifier
         self.config = new
         reconciler.config = new
         reconciler.sessions.set_idle_timeout(float(new.seconds("ssh_idle_timeout")))
@@ -160,6 +169,8 @@ class Daemon:
             if not reconciler.background.stop():
                 self.log.warning("daemon.workers_still_running", reason="did not end in time; exiting anyway")
             reconciler.sessions.close()
+            if reconciler.notifier is not None:
+                reconciler.notifier.close(timeout=5.0)  # what the last cycle queued (a dead target: 5 s at most)
             if watcher:
                 watcher.stop()
             if server is not None:

@@ -27,6 +27,7 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.run import open_reconcile
 from reconciler.inventory import slurm_nodes
 from reconciler.loader import LoadedState
+from reconciler.rollout.failpoints import failpoint
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
 
@@ -189,7 +190,9 @@ class RolloutRunner:
             self.log(f"rollout: wave {wave.index}/{len(waves.waves)} ({wave.name}): applying to {wave.nodeset}")
             self.on_event("wave", {"wave": wave.index, "waves": len(waves.waves), "name": wave.name,
                                    "nodes": wave.nodeset, "commit": self.new.commit})
+            failpoint("wave.before-apply")
             applied = self._apply(self.new, wave.nodes, record)
+            failpoint("wave.after-apply")
             result.applied += applied.applied
             result.steps += applied.steps
             for node, messages in applied.failures.items():
@@ -210,6 +213,7 @@ class RolloutRunner:
             if failed is None and wave.gated:
                 record.update(phase="gating")
                 self.journal.save(record)
+                failpoint("wave.before-gates")
                 for name in waves.gates:
                     gate = self.gates.run(name, wave.nodes, before)
                     entry["gates"].append(gate.as_dict())
@@ -278,7 +282,9 @@ class RolloutRunner:
             self.journal.clear()
             return result
         self.log(f"rollout: rolling back {hostlist.compress(reached)} to {str(self.old.commit)[:12]}")
+        failpoint("rollback.before-apply")
         undone = self._apply(self.old, reached, record)
+        failpoint("rollback.after-apply")
         resumed = self._resume_drains(reached, before, gate)
         errors = [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
         result.rollback = {"ok": not errors, "nodes": hostlist.compress(reached), "to": self.old.commit,

@@ -72,12 +72,14 @@ class DaemonProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to this process's environment
 
     def start(self) -> DaemonProcess:
         """Start the daemon."""
         self.log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "run", "--config", str(self.config),
-                                      *self.extra_args], cwd=REPO, stdout=self.log_handle, stderr=self.log_handle)
+                                      *self.extra_args], cwd=REPO, stdout=self.log_handle, stderr=self.log_handle,
+                                     env={**os.environ, **self.env})
         return self
 
     def events(self) -> list[dict[str, Any]]:

@@ -81,8 +81,9 @@ class RolloutBed:
     counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     started: list[DaemonProcess] = field(default_factory=list)
 
-    def daemon(self, state_dir: Path | None = None, **config: Any) -> DaemonProcess:
-        """Start `reconciler run` (enforce, 1 s polls) on the remote; STATE_DIR: reuse one (a restart)."""
+    def daemon(self, state_dir: Path | None = None, failpoints: str = "", **config: Any) -> DaemonProcess:
+        """Start `reconciler run` (enforce, 1 s polls) on the remote; STATE_DIR: reuse one (a restart);
+        FAILPOINTS: RECONCILER_FAILPOINTS for it (reconciler/rollout/failpoints.py)."""
         n = next(self.counter)
         state_dir = state_dir or self.root / f"state{n}"
         values: dict[str, Any] = {"repository": {"url": str(self.remote.bare), "branch": "main"},
@@ -91,12 +92,10 @@ class RolloutBed:
                                   "log_format": "json", "retry": {"initial": "2s", "max": "10s"},
                                   "checks_after_apply": False,
                                   "notifications": {"targets": [{"url": self.webhook.url}], "rate_limit": "1s"}}
-        from reconciler.daemon.config import DaemonConfig  # TEMP until notifications land
-        if "notifications" not in DaemonConfig.model_fields:
-            values.pop("notifications")
         values.update(config)
         path = write_config(self.root / f"config{n}.yaml", **values)
-        daemon = DaemonProcess(config=path, state_dir=state_dir, log_path=self.root / f"daemon{n}.log").start()
+        daemon = DaemonProcess(config=path, state_dir=state_dir, log_path=self.root / f"daemon{n}.log",
+                               env={"RECONCILER_FAILPOINTS": failpoints} if failpoints else {}).start()
         self.started.append(daemon)
         return daemon
 

@@ -50,7 +50,7 @@ def rollouts_of(daemon: DaemonProcess, commit: str) -> list[dict[str, Any]]:
     import json
 
     out = subprocess.run([sys.executable, "-m", "reconciler.cli", "history", "--state-dir", str(daemon.state_dir),
-                          "--format", "json", "--limit", "50"], cwd=REPO, capture_output=True, text=True, timeout=60)
+                          "--format", "json", "-n", "50"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [r["rollout"] for r in json.loads(out.stdout) if r.get("rollout") and r["rollout"]["commit"] == commit]
 
@@ -170,7 +170,8 @@ def test_sigkill_during_wave_two_is_finished_on_the_next_start(rbed: RolloutBed,
     state_dir = daemon.state_dir
     old = set(rbed.on_all(f"cat {MANAGED} 2>/dev/null").values())
     content = f"setting = {phase}"
-    running = rbed.daemon(state_dir=state_dir)
+    # Failpoints hold each step for 2 s, so the kill lands in it (the steps take well under a second here).
+    running = rbed.daemon(state_dir=state_dir, failpoints="wave.after-apply=sleep(2);wave.before-gates=sleep(2)")
     commit = rbed.remote.commit(f"kill during wave 2 {phase}", {"files.yaml": files_yaml(content)})
     running.wait_for(f"wave 2 {phase}", lambda: (j := journal(state_dir)) is not None and j.get("commit") == commit
                      and j.get("wave") == 1 and j.get("phase") == phase, 240)
@@ -189,19 +190,24 @@ def test_sigkill_during_wave_two_is_finished_on_the_next_start(rbed: RolloutBed,
     restarted.stop()
 
 
-@pytest.mark.parametrize("delay", [0.0, 1.0])
+@pytest.mark.parametrize("point", ["rollback.before-apply", "rollback.after-apply"])
 def test_sigkill_during_a_rollback_is_finished_on_the_next_start(rbed: RolloutBed, daemon: DaemonProcess,
-                                                                  delay: float) -> None:
+                                                                  point: str) -> None:
     daemon.stop()
     state_dir = daemon.state_dir
     good = rbed.on_all(f"cat {PROLOG}")
-    running = rbed.daemon(state_dir=state_dir)
-    bad = rbed.remote.commit(f"failing prolog {delay}",
-                             {"patches.yaml": prolog_patch(f"#!/bin/sh\n# {delay}\nexit 1")})
+    running = rbed.daemon(state_dir=state_dir, failpoints=f"{point}=sleep(30)")
+    bad = rbed.remote.commit(f"failing prolog ({point})",
+                             {"patches.yaml": prolog_patch(f"#!/bin/sh\n# {point}\nexit 1")})
     running.wait_for("the rollback", lambda: (j := journal(state_dir)) is not None and j.get("commit") == bad
                      and j.get("phase") == "rolling-back", 240)
-    time.sleep(delay)
+    if point == "rollback.after-apply":  # killed with the files restored and the drain not yet resumed
+        running.wait_for("the canary restored", lambda: rbed.on_all(f"cat {PROLOG}") == good, 30)
+        assert "gpu01" in rbed.drained()
+    else:  # killed before anything was undone: the canary still has the bad script
+        assert rbed.exec("gpu01", f"cat {PROLOG}").strip().endswith("exit 1")
     running.kill()
+    assert journal(state_dir) is not None and journal(state_dir)["phase"] == "rolling-back"
 
     restarted = rbed.daemon(state_dir=state_dir)
     record = rolled_back(restarted, bad)
@@ -209,6 +215,7 @@ def test_sigkill_during_a_rollback_is_finished_on_the_next_start(rbed: RolloutBe
     assert rbed.on_all(f"cat {PROLOG}") == good
     assert journal(state_dir) is None
     assert rbed.drained() == {}
+    assert any(e.get("event") == "rollout.recover" for e in restarted.events())
     time.sleep(3)
     assert len([r for r in rollouts_of(restarted, bad) if r["status"] == "rolled-back"]) == 1
     restarted.stop()
