@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.daemon.logs import scrub
-from reconciler.daemon.store import DriftRecord, RunRecord, Store
+from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
 
 DRAINED_KEY = "drained_nodes"  # meta key: {"at": unix time, "nodes": [{"node", "state", "reason"}]}
 MAX_RUNS = 20
+MAX_ROLLOUTS = 3  # rollouts shown with their timelines
 MAX_DRIFT = 300  # drift rows shown (the rest counted)
 OPEN_DIFFS = 10  # up to this many drifted resources, their diffs are shown unfolded
 MAX_POINTS = 100  # busbw results per node in the plot
@@ -77,6 +78,9 @@ class Snapshot:
     drained: list[DrainedNode] = field(default_factory=list)
     drained_at: float | None = None
     busbw: dict[str, dict[str, list[BusbwPoint]]] = field(default_factory=dict)  # check -> node -> points
+    rollout_in_flight: dict[str, Any] | None = None  # the journal of the rollout under way
+    rollouts: list[dict[str, Any]] = field(default_factory=list)  # recent rollout records, newest first
+    rolled_back: dict[str, Any] = field(default_factory=dict)  # commit -> why, never applied again
 
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
@@ -91,6 +95,8 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.applied_commit, snap.applied_at = store.get("applied_commit"), store.get("applied_at")
         snap.head, snap.source_error = store.get("head_status") or {}, store.get("source_error")
         snap.runs, snap.drift = store.runs(MAX_RUNS), store.current_drift()
+        snap.rollout_in_flight = store.get(JOURNAL_KEY)
+        snap.rollouts, snap.rolled_back = store.rollouts(MAX_ROLLOUTS), store.rolled_back()
         drained = store.get(DRAINED_KEY) or {}
         snap.drained_at = drained.get("at")
         snap.drained = [DrainedNode(d["node"], d["state"], d.get("reason")) for d in drained.get("nodes", [])]
@@ -209,6 +215,63 @@ def _drift_section(s: Snapshot) -> str:
     return '<section id="drift"><h2>Drift</h2>' + "".join(parts) + "</section>"
 
 
+def _gate_cell(gate: dict[str, Any]) -> str:
+    """One gate's verdict, seconds and message."""
+    verdict = "skipped" if gate.get("skipped") else ("ok" if gate.get("ok") else "failed")
+    cls = {"ok": "applied", "failed": "failed"}.get(verdict, "muted")
+    return (f'<span class="badge {cls}">{_t(gate.get("gate"))} {verdict}</span> '
+            f'{float(gate.get("seconds") or 0):.1f}s <span class="muted">{_t(gate.get("message") or "")}</span>')
+
+
+def _timeline_rows(record: dict[str, Any]) -> list[list[str]]:
+    """Per wave: its nodes, the apply, each gate, the soak."""
+    rows = []
+    for entry in record.get("timeline") or []:
+        started = float(entry.get("started") or 0)
+        applied = float(entry.get("applied_at") or started) - started
+        gates = [_gate_cell(g) for g in entry.get("gates") or []]
+        if entry.get("soak"):
+            gates.append(_gate_cell(entry["soak"]))
+        rows.append([f"{_t(entry.get('wave'))} {_t(entry.get('name'))}", f"<code>{_t(entry.get('nodes'))}</code>",
+                     f"{applied:.1f}s ({_t(entry.get('changes', 0))} change(s))",
+                     "<br>".join(gates) or '<span class="muted">no gates</span>',
+                     '<span class="ok">passed</span>' if entry.get("ok") else '<span class="bad">FAILED</span>'])
+    return rows
+
+
+def _rollout_section(s: Snapshot) -> str:
+    """The rollout under way (wave n of m), the last rollouts with their timelines, the commits rolled back."""
+    parts = []
+    flight = s.rollout_in_flight
+    if flight:
+        waves = (flight.get("waves") or {}).get("waves") or []
+        index = int(flight.get("wave", 0))
+        nodes = waves[index]["nodeset"] if index < len(waves) else ""
+        parts.append(f'<p><span class="badge drift">in flight</span> {_commit(flight.get("commit"))} wave '
+                     f'{index + 1} of {len(waves)} (<code>{_t(nodes)}</code>): {_t(flight.get("phase"))}</p>')
+    for record in s.rollouts:
+        status = str(record.get("status"))
+        cls = {"complete": "applied", "rolled-back": "failed", "rollback-failed": "failed"}.get(status, "partial")
+        parts.append(f'<h3>{_commit(record.get("commit"))} <span class="badge {cls}">{_t(status)}</span> '
+                     f'<span class="muted">{_when(record.get("started"), s.generated)}</span></h3>'
+                     f'<p>{_t(record.get("reason") or "")}</p>')
+        rollback = record.get("rollback") or {}
+        if rollback.get("nodes"):
+            parts.append(f'<p>Rolled back <code>{_t(rollback["nodes"])}</code> to {_commit(rollback.get("to"))}'
+                         f'; resumed: {_t(", ".join(rollback.get("resumed") or []) or "none")}</p>')
+        rows = _timeline_rows(record)
+        if rows:
+            parts.append(_table(["wave", "nodes", "apply", "gates and soak", "result"], rows, "timeline"))
+    if s.rolled_back:
+        rows = [[_commit(commit), _t(why.get("gate")), f"<code>{_t(why.get('nodes'))}</code>", _t(why.get("message")),
+                 f"<code>reconciler rollout retry {_t(commit[:12])}</code>"]
+                for commit, why in sorted(s.rolled_back.items(), key=lambda kv: -float(kv[1].get("at") or 0))]
+        parts.append("<h3>Rolled back (not applied again)</h3>"
+                     + _table(["commit", "gate", "nodes", "why", "to try it again"], rows, "rolled-back"))
+    body = "".join(parts) or "<p>No rollout recorded yet.</p>"
+    return f'<section id="rollout"><h2>Rollouts</h2>{body}</section>'
+
+
 def _checks_section(s: Snapshot) -> str:
     rows = [[_t(f.check), _t(f.node), _t(f.message), _when(f.started.timestamp(), s.generated)] for f in s.failing]
     body = _table(["check", "node", "message", "at"], rows, "failing") if rows else \
@@ -308,7 +371,8 @@ svg.busbw .grid{stroke:#e5e5e5}svg.busbw text{font-size:11px;fill:#555}
 def render(snapshot: Snapshot) -> str:
     """The whole page."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snapshot.generated))
-    body = "".join([_source_section(snapshot), _runs_section(snapshot), _drift_section(snapshot),
+    body = "".join([_source_section(snapshot), _rollout_section(snapshot), _runs_section(snapshot),
+                    _drift_section(snapshot),
                     _checks_section(snapshot), _drained_section(snapshot), _busbw_section(snapshot)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta http-equiv="refresh" content="30"><title>reconciler status</title>'

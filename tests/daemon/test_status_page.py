@@ -18,7 +18,7 @@ from reconciler.checks import store as check_store
 from reconciler.checks.results import CheckResult
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import DRAINED_KEY, BusbwPoint, Snapshot, busbw_svg, load_snapshot, render
-from reconciler.daemon.store import Store
+from reconciler.daemon.store import JOURNAL_KEY, Store
 from reconciler.engine.plan import Change
 from tests.backend.sshd_server import free_port
 
@@ -104,7 +104,7 @@ def test_page_from_a_real_store_shows_every_section(store: Store) -> None:
     page = parse(render(snap))
     text = page.all_text()
     assert [s for t, a in page.tags if t == "section" for s in [a["id"]]] == \
-        ["source", "runs", "drift", "checks", "drained", "busbw"]
+        ["source", "rollout", "runs", "drift", "checks", "drained", "busbw"]
     # commits: applied and newest with its file:line error
     assert page.attr_values("code", "title")[:2] == ["a" * 40, "c" * 40]
     assert "invalid" in text and "cluster.yaml:3:5: cluster.nmae: bad" in text
@@ -128,6 +128,27 @@ def test_page_from_a_real_store_shows_every_section(store: Store) -> None:
     gpu02_y = [float(p.split(",")[1]) for p in lines[1].split()]
     assert gpu02_y == sorted(gpu02_y)  # 350, 270, 190, 110 GB/s: each lower on the page (larger y)
     assert len([a for t, a in page.tags if t == "circle" and a.get("class") == "failed"]) == 2
+
+
+def test_rollouts_in_flight_done_and_rolled_back(store: Store) -> None:
+    waves = {"waves": [{"index": 1, "name": "canary", "nodeset": "gpu01"},
+                       {"index": 2, "name": "step 2", "nodeset": "gpu[02-08]"}]}
+    gate = {"gate": "smoke-job", "ok": False, "seconds": 1.25, "nodes": [EVIL_NODE],
+            "message": f"smoke job failed on {EVIL_NODE}: drained by Slurm: Prolog error"}
+    failed = {"commit": "d" * 40, "status": "rolled-back", "reason": "wave 1: smoke-job gate failed", "waves": waves,
+              "timeline": [{"wave": 1, "name": "canary", "nodes": "gpu01", "started": 100.0, "applied_at": 100.5,
+                            "ended": 102.0, "changes": 1, "gates": [gate], "ok": False}],
+              "rollback": {"nodes": "gpu01", "to": "a" * 40, "resumed": ["gpu01"]}}
+    store.record_rollout("r4", failed, 100.0)
+    store.mark_rolled_back("d" * 40, {"gate": "smoke-job", "nodes": "gpu01", "message": gate["message"], "at": 103.0})
+    store.set(JOURNAL_KEY, {"commit": "e" * 40, "waves": waves, "wave": 1, "phase": "gating"})
+    page = parse(render(load_snapshot(store.path)))
+    text = page.all_text()
+    assert "wave 2 of 2" in text and "gpu[02-08]" in text and "gating" in text
+    assert "rolled-back" in text and "0.5s (1 change(s))" in text and "smoke-job failed 1.2s" in text
+    assert "Rolled back gpu01 to" in text and "resumed: gpu01" in text
+    assert "Prolog error" in text and EVIL_NODE in text and "<script" not in render(load_snapshot(store.path))
+    assert f"reconciler rollout retry {'d' * 12}" in text
 
 
 def test_cluster_text_is_escaped_and_secrets_scrubbed(store: Store) -> None:
