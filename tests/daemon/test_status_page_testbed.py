@@ -91,8 +91,8 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
 
     page = parse(dom.stdout)
     text = page.all_text()
-    assert [a["id"] for t, a in page.tags if t == "section"] == ["source", "runs", "drift", "checks", "drained",
-                                                                  "busbw"]
+    assert [a["id"] for t, a in page.tags if t == "section"] == ["source", "rollout", "runs", "drift", "checks",
+                                                                  "drained", "busbw"]
     assert head in page.attr_values("code", "title")  # the applied commit, in full in its title
     assert "report" in text and "drift" in text
     # the hand edit: drift on gpu01 by the slurm_config driver, its diff removing the line (current -> desired)
