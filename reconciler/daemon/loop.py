@@ -546,6 +546,24 @@ class Reconciler:
             self.store.mark_rolled_back(result.commit, {**rolled_back_record(result), "at": time.time(),
                                                         "status": result.status})
             self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
+            self._note_rollback_on_pr(result.commit, rolled_back_record(result))
+
+    def _note_rollback_on_pr(self, commit: str, record: dict[str, Any]) -> None:
+        """Say on the merged pull request of COMMIT (named by its merge message) that it was rolled back."""
+        from reconciler.forge.config import make_forge
+        from reconciler.forge.rolled_back import note_rolled_back
+
+        if self.config.forge is None or self.source is None:
+            return
+        try:
+            if self.forge is None:
+                self.forge = make_forge(self.config.forge)
+            message = str(self.source.repo.commit(commit).message)
+            done = note_rolled_back(self.forge, message, commit, record)
+            if done is not None:
+                self.log.info("prs.rolled_back_noted", commit=commit[:12], action=done.action)
+        except Exception as exc:  # noqa: BLE001 - a forge outage or a bad token must not stop anything
+            self.log.warning("prs.rolled_back_note_failed", commit=commit[:12], error=f"{type(exc).__name__}: {exc}")
 
     def _rollout_event(self, kind: str, data: dict[str, Any], target: Target) -> None:
         """A rollout's progress: the wave gauge, and what notifications say."""
