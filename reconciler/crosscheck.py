@@ -116,6 +116,9 @@ def _others(state: DesiredState, known: set[str]) -> Iterator[Problem]:
             partition = getattr(check, "partition", None)
             if partition and partition not in partitions:
                 yield ("checks", kind, index, "partition"), f"unknown partition {partition!r}"
+    canary = state.rollout.canary
+    if isinstance(canary, str) and not canary.endswith("%") and (missing := _unknown(canary, known)):
+        yield ("rollout", "canary"), f"unknown nodes: {_names(missing)}"
 
 
 def _selected(nodes: str | None, wanted: list[str], roles: dict[str, set[str]]) -> list[str]:

@@ -331,3 +331,13 @@ def test_mount_of_an_export_or_a_directory_below_it(example_copy: Path, source: 
         errors = [e.message for e in exc.errors]
     assert (errors == []) is ok, errors
     assert ok or any("is not exported" in e for e in errors)
+
+
+def test_canary_naming_unknown_nodes(example_copy: Path) -> None:
+    """A canary hostlist must name inventory nodes; a count or a percentage is always fine."""
+    (example_copy / "rollout.yaml").write_text("rollout:\n  canary: dgx[04-05]\n")
+    error = _one(_errors(example_copy), "rollout.canary")
+    _at(error, "rollout.yaml", 2)
+    assert "dgx05" in error.message and "dgx04" not in error.message
+    (example_copy / "rollout.yaml").write_text("rollout:\n  canary: 10%\n  steps: [2, 100%]\n")
+    load_dir(example_copy)
