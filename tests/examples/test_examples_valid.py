@@ -34,7 +34,7 @@ def test_example_validates_and_renders_every_file(name: str) -> None:
 
 def test_parent_desired_state_does_not_take_in_the_examples() -> None:
     parent = load_dir(REPO / "desired-state")
-    assert parent.state.cluster.name == "dgx-pod" and len(parent.files) == 6
+    assert parent.state.cluster.name == "dgx-pod" and len(parent.files) == 7
 
 
 def test_readme_links_every_example() -> None:

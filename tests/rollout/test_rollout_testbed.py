@@ -7,9 +7,11 @@ reservation. Notifications go through real Apprise to a local JSON receiver.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,3 +221,27 @@ def test_sigkill_during_a_rollback_is_finished_on_the_next_start(rbed: RolloutBe
     time.sleep(3)
     assert len([r for r in rollouts_of(restarted, bad) if r["status"] == "rolled-back"]) == 1
     restarted.stop()
+
+
+def test_cli_apply_uses_the_same_waves_and_rolls_back_to_previous(rbed: RolloutBed, daemon: DaemonProcess,
+                                                                   tmp_path: Path) -> None:
+    daemon.stop()  # a human applies by hand: no daemon beside it
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    current = rbed.exec("gpu02", f"cat {PROLOG}")
+    shutil.copytree(rbed.remote.work, good, ignore=shutil.ignore_patterns(".git"))
+    (good / "patches.yaml").write_text(prolog_patch(current)((good / "patches.yaml").read_text()))
+    shutil.copytree(good, bad)
+    (bad / "patches.yaml").write_text(prolog_patch("#!/bin/sh\nexit 1")((bad / "patches.yaml").read_text()))
+    in_sync = rbed.bed.cli("plan", str(good))
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+    stamps = mtimes(rbed, PROLOG)
+
+    planned = rbed.bed.cli("plan", str(bad))
+    assert planned.returncode == 2 and "wave 1/3 canary: gpu01" in planned.stdout, planned.stdout
+    out = rbed.bed.cli("apply", str(bad), "--yes", "--previous", str(good))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "rollout rolled-back" in out.stdout and "smoke-job" in out.stdout and "rolled back gpu01" in out.stdout
+    assert rbed.on_all(f"cat {PROLOG}") == {n: current.strip() for n in COMPUTES}
+    assert {n: v for n, v in mtimes(rbed, PROLOG).items() if n != "gpu01"} == \
+        {n: v for n, v in stamps.items() if n != "gpu01"}
+    assert rbed.drained() == {}
