@@ -7,6 +7,7 @@ reservation. Notifications go through real Apprise to a local JSON receiver.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -49,8 +50,6 @@ def status_text(daemon: DaemonProcess) -> str:
 
 def rollouts_of(daemon: DaemonProcess, commit: str) -> list[dict[str, Any]]:
     """Rollout records of COMMIT, from `reconciler history --format json`."""
-    import json
-
     out = subprocess.run([sys.executable, "-m", "reconciler.cli", "history", "--state-dir", str(daemon.state_dir),
                           "--format", "json", "-n", "50"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -260,6 +259,11 @@ def test_cli_apply_uses_the_same_waves_and_rolls_back_to_previous(rbed: RolloutB
 
     planned = rbed.bed.cli("plan", str(bad))
     assert planned.returncode == 2 and "wave 1/3 canary: gpu01" in planned.stdout, planned.stdout
+    as_json = json.loads(rbed.bed.cli("plan", str(bad), "--format", "json").stdout)
+    assert [w["nodeset"] for w in as_json["rollout"]["waves"]] == ["gpu01", "gpu[02-08]", "gpu[09-16]"]
+    assert as_json["rollout"]["gates"] == ["smoke-job"]
+    markdown = rbed.bed.cli("plan", str(bad), "--format", "markdown").stdout
+    assert "**Rollout**" in markdown and "gpu[09-16]" in markdown
     out = rbed.bed.cli("apply", str(bad), "--yes", "--previous", str(good))
     assert out.returncode == 1, out.stdout + out.stderr
     assert "rollout rolled-back" in out.stdout and "smoke-job" in out.stdout and "rolled back gpu01" in out.stdout
