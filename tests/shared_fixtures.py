@@ -25,18 +25,23 @@ def shared_path(name: str) -> Path:
     return shared_root() / name
 
 
+def absent_reason(path: Path) -> str:
+    """Why a test that needs PATH is skipped."""
+    return (f"{path} is absent: these tests read third-party Slurm files from ../shared/fixtures "
+            "beside the project root (see README, 'Run the tests')")
+
+
 def shared_fixture(name: str) -> Path:
     """The shared fixture folder `name`; skips the calling test when it is absent."""
     path = shared_path(name)
     if not path.is_dir():
-        pytest.skip(f"{path} is absent: these tests read third-party Slurm files from ../shared/fixtures "
-                    "beside the project root (see README, 'Run the tests')")
+        pytest.skip(absent_reason(path))
     return path
 
 
-def shared_cases(name: str) -> list[str]:
-    """The case folders of a shared fixture (empty when the folder is absent: the test is then skipped)."""
+def shared_cases(name: str) -> list[str] | list[object]:
+    """The case folders of a shared fixture, for parametrize; when it is absent, one case skipped with the reason."""
     path = shared_path(name)
     if not path.is_dir():
-        return []
+        return [pytest.param("absent", marks=pytest.mark.skip(reason=absent_reason(path)))]
     return sorted(p.name for p in path.iterdir() if p.is_dir())
