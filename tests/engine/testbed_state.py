@@ -94,13 +94,18 @@ patches:
 """
 
 
+# The engine and daemon tests measure one-shot applies; tests/rollout writes its own waves over this file.
+ROLLOUT_ALL = "rollout:\n  waves: all\n"
+
+
 def write_state(directory: Path, *, name: str, state_dir: Path, subnet: str, computes: str,
                 memory: int = 1000, extra_patches: str = "") -> Path:
-    """Write the YAML files of the test desired state; return the directory."""
+    """Write the YAML files of the test desired state (rolled out all at once); return the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     values = {"name": name, "state_dir": state_dir, "subnet": subnet, "computes": computes, "memory": memory}
     (directory / "cluster.yaml").write_text(CLUSTER.format(**values))
     (directory / "nodes.yaml").write_text(INVENTORY.format(**values))
     (directory / "storage.yaml").write_text(STORAGE.format(**values))
     (directory / "patches.yaml").write_text(PATCHES.format(**values) + extra_patches)
+    (directory / "rollout.yaml").write_text(ROLLOUT_ALL)
     return directory

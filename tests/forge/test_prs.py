@@ -308,8 +308,8 @@ def test_export_tree_writes_only_regular_yaml_files(origin: Origin, tmp_path: Pa
     repo.git.fetch("origin", "+refs/pull/20/head:refs/test/20")
     whole = export_tree(repo, sha, "", tmp_path / "whole")
     assert sorted(str(p.relative_to(whole)) for p in whole.rglob("*") if p.is_file()) == [
-        f"{SUBDIR}/cluster.yaml", f"{SUBDIR}/nodes.yaml", f"{SUBDIR}/patches.yaml", f"{SUBDIR}/storage.yaml",
-        f"{SUBDIR}/sub/extra.yml"]
+        f"{SUBDIR}/cluster.yaml", f"{SUBDIR}/nodes.yaml", f"{SUBDIR}/patches.yaml", f"{SUBDIR}/rollout.yaml",
+        f"{SUBDIR}/storage.yaml", f"{SUBDIR}/sub/extra.yml"]
     sub = export_tree(repo, sha, f"{SUBDIR}/", tmp_path / "sub")
     assert (sub / "sub" / "extra.yml").read_text() == "images: []\n" and not (sub / "link.yaml").exists()
     assert list(export_tree(repo, sha, "absent", tmp_path / "absent").iterdir()) == []
