@@ -11,9 +11,12 @@ Sections (`--sections`, default all):
   scale   render + diff of 1,000 and 10,000 nodes against synthesised facts (pure CPU)
   nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
   daemon  commit-to-applied latency of the daemon, poll (Git) and watch (local dir) modes, on N nodes
+  rollout progressive rollouts with `reconciler run` on real Slurm (--rollout-nodes, default 16,64): a bad
+          commit's prolog rolled back (push -> gate failed -> every node back), and a good commit one-shot
+          vs in gated waves (what the gates add per wave)
 
-noop, drift and change need root and the testbed's Debian packages; the peers ansible-core and pyinfra
-(pip install -e '.[bench]'); without them they are skipped with the reason. N above 64 uses the testbed's
+noop, drift, change, daemon and rollout need root and the testbed's Debian packages; the peers ansible-core
+and pyinfra (pip install -e '.[bench]'); without them they are skipped with the reason. N above 64 uses the testbed's
 light profile (`testbed up --light`) where this checkout has it. Writes bench.json, bench.md and bench.png to --out.
 """
 
@@ -26,13 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import daemon, nccl, peers, reconcile, scale
+from bench import daemon, nccl, peers, reconcile, rollout, scale
 from bench.ansible_project import ansible_playbook
 from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
-SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon")
+SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
@@ -46,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", default=DEFAULT_SECTIONS, help=f"comma-separated, of {', '.join(SECTIONS)}")
     p.add_argument("--nodes", default="4,16,64", help="compute node counts for noop/change (default 4,16,64)")
+    p.add_argument("--rollout-nodes", default="16,64", help="compute node counts for rollout (default 16,64)")
     p.add_argument("--runs", type=int, default=3, help="runs per figure, medians reported (default 3)")
     p.add_argument("--sizes", default="1000,10000", help="node counts for scale (default 1000,10000)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where bench.json/.md/.png go (default bench/results)")
@@ -125,6 +129,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["daemon"] = daemon.run(_ints(args.nodes), args.runs)
         except daemon.NotBuilt as exc:
             results["skipped"]["daemon"] = str(exc)
+    if "rollout" in sections:
+        why = unavailable()
+        if why:
+            results["skipped"]["rollout"] = why
+        else:
+            results["rollout"] = rollout.run(_ints(args.rollout_nodes), args.runs, results["skipped"])
     if "scale" in sections:
         log(f"scale: {args.sizes} nodes")
         results["scale"] = scale.run(_ints(args.sizes), args.runs)

@@ -174,6 +174,57 @@ def nccl_table(data: dict[str, Any]) -> Table:
     return table
 
 
+def rollout_tables(rows: list[dict[str, Any]]) -> list[Table]:
+    """rollout: the bad commit's rollback, and the good commit one-shot against gated waves (bench/rollout.py)."""
+    from bench.rollout import TARGET_GATE_N, TARGET_GATE_S, TARGET_ROLLBACK_S
+
+    def ok(held: bool) -> str:
+        return "met" if held else "MISSED"
+
+    back = Table("rollout-rollback", "Progressive rollout: a bad commit (prolog exits 1) rolled back",
+                 ["compute nodes (+ctl)", "push -> gate failed", "gate failed -> rollback complete",
+                  f"target <= {TARGET_ROLLBACK_S:.0f} s", "rollback (apply + resume)", "push -> rolled back",
+                  "push -> seen in status", "push -> every prolog read back", "every node old", "runs, s"], [])
+    for r in (r for r in rows if r["scenario"] == "rollback"):
+        back.rows.append([
+            f"{r['computes']} (+1)", _s(r["push_to_gate_failed_s"]), _s(r["gate_failed_to_rollback_s"]),
+            ok(r["max_gate_failed_to_rollback_s"] <= TARGET_ROLLBACK_S), _s(r["rollback_s"]),
+            _s(r["push_to_rolled_back_s"]), _s(r["push_to_status_s"]), _s(r["push_to_verified_s"]),
+            f"{'yes' if r['all_nodes_old'] else 'NO'} ({r['nodes_checked']} nodes)",
+            _runs(r["gate_failed_to_rollback_runs_s"])])
+    back.notes.append("Medians. The gate that failed: smoke-job on the canary (Slurm drains it: Prolog error); the "
+                      "rollback puts the canary's prolog back and resumes it. Times from the daemon's rollout record "
+                      "(the failed wave's end, the rollback's started/ended) against the push's return; `seen in "
+                      "status`: when a `reconciler status --format json` poll (every 0.5 s) first listed it; "
+                      "`read back`: when every compute node's /etc/slurm/prolog.sh had been read (nsenter) "
+                      "and compared with its content before the push. runs: gate failed -> rollback complete.")
+    good = Table("rollout-waves", "Progressive rollout: what gated waves add to a good commit (push -> applied)",
+                 ["compute nodes (+ctl)", "one shot (waves: all)", "progressive (canary, 50%, 100%)",
+                  "added", "waves", "added per wave", f"target <= {TARGET_GATE_S:.0f} s at {TARGET_GATE_N}",
+                  "gate s per wave (smoke job)", "wave s per wave", "runs, s: one shot; progressive"], [])
+    for r in (r for r in rows if r["scenario"] == "good"):
+        target = "-" if r["computes"] != TARGET_GATE_N else ok(
+            r["added_per_wave_s"] <= TARGET_GATE_S and r["max_gate_s"] <= TARGET_GATE_S)
+        good.rows.append([
+            f"{r['computes']} (+1)", _s(r["one_shot_s"]), _s(r["progressive_s"]), _s(r["added_s"]), str(r["waves"]),
+            _s(r["added_per_wave_s"]), target, ", ".join(f"{v:.2f}" for v in r["gate_s_per_wave"]),
+            ", ".join(f"{v:.2f}" for v in r["wave_s_per_wave"]),
+            f"{_runs(r['one_shot_runs_s'])}; {_runs(r['progressive_runs_s'])}"])
+    shown = [r for r in rows if r["scenario"] == "good"]
+    if shown:
+        r = shown[0]
+        good.notes.append("The same change each time: one managed file on every compute node gets new content (files."
+                          "yaml), the rollout mode in the same commit. Medians; added = median of the per-run "
+                          "differences (the two modes alternate which goes first); push -> applied = the end of "
+                          "the daemon's run that applied it (`reconciler history`), from the push's return. Gates: "
+                          "the smoke job (a Slurm job on exactly the wave's nodes through a reservation, then up to "
+                          "5 s for a prolog/epilog drain to show); NCCL gate off, no node checks declared.")
+        good.notes.append(f"Soak: {r['soak_s']} s as configured here, so the figure is the gates' cost; a soak "
+                          f"waits after every gated wave but the last: the default {r['default_soak_s']} s would "
+                          f"add {r['default_soak_adds_s']} s to these {r['waves']} waves.")
+    return [t for t in (back, good) if t.rows]
+
+
 def tables(results: dict[str, Any]) -> list[Table]:
     """Every table the results hold, in section order."""
     out = []
@@ -186,6 +237,8 @@ def tables(results: dict[str, Any]) -> list[Table]:
         rows = results["daemon"]
         out.append(Table("daemon", "Commit-to-applied latency of the daemon", list(rows[0]),
                          [[str(v) for v in row.values()] for row in rows]))
+    if results.get("rollout"):
+        out.extend(rollout_tables(results["rollout"]))
     if results.get("scale"):
         out.append(scale_table(results["scale"]))
     if results.get("nccl"):
@@ -210,6 +263,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool]]:
         if section == "drift" and n >= TARGET_DRIFT_N and tool == "plan":
             found.append((f"drift check at N={n}: {row['vs_ours']:.1f}x faster than a cold plan "
                           f"(target >= {TARGET_DRIFT_RATIO:.0f}x)", row["vs_ours"] >= TARGET_DRIFT_RATIO))
+    if results.get("rollout"):
+        from bench.rollout import targets as rollout_targets
+
+        found.extend(rollout_targets(results["rollout"]))
     for row in results.get("scale") or []:
         if row["nodes"] >= TARGET_SCALE_NODES:
             sentence = f"{row['nodes']:,}-node render + diff: {row['plan_s']:.2f} s (target < {TARGET_SCALE_S:.0f} s)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Self
 
 from bench.common import TESTBED, log, python_env, reconciler_argv, timed_run
 
@@ -17,6 +19,8 @@ BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testb
 # The testbed's desired state has no cgroup.conf; the benchmark adds a harmless one so that both tools
 # manage the three Slurm files the issue names.
 CGROUP_YAML = "  cgroup: {ConstrainCores: false, ConstrainDevices: false, ConstrainRAMSpace: false}\n"
+
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _live: set[str] = set()
 
@@ -86,6 +90,7 @@ class BenchTestbed:
         self.subnet = light_subnet(index) if light else bench_subnet(index)
         self.work = Path(tempfile.mkdtemp(prefix=f"reconciler-bench-{self.name}-"))
         self.desired = self.work / "desired-state"
+        self._pids: dict[str, int] = {}
 
     @property
     def state_dir(self) -> Path:
@@ -108,8 +113,8 @@ class BenchTestbed:
         width = max(2, len(str(self.computes)))  # as the testbed names them: gpu01, or gpu001 from 100 on
         return ["ctl", *(f"gpu{i:0{width}d}" for i in range(1, self.computes + 1))]
 
-    def up(self) -> None:
-        """Bring the testbed up bare, copy its desired state and apply it (exit 0 required)."""
+    def launch(self) -> Path:
+        """Bring the testbed up (bare, or light) and nothing more; return the desired state `up` wrote."""
         signal.signal(signal.SIGTERM, _on_signal)
         _live.add(self.name)
         profile = "--light" if self.light else "--bare"
@@ -118,7 +123,20 @@ class BenchTestbed:
                         "--subnet", self.subnet], timeout=1800)
         if up.returncode != 0:
             raise RuntimeError(f"testbed up failed:\n{up.tail()}")
-        source = Path(up.stdout.strip().splitlines()[-1])
+        log(f"testbed {self.name}: up in {up.seconds:.1f} s")
+        return Path(up.stdout.strip().splitlines()[-1])
+
+    def exec(self, node: str, command: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run a shell command inside a node through nsenter (no SSH), with a clean environment."""
+        if not self._pids:
+            self._pids = {k: int(v) for k, v in json.loads((self.state_dir / "state.json").read_text())["pids"].items()}
+        argv = ["nsenter", "-t", str(self._pids[node]), "-a", "--", "/usr/bin/env", "-i", f"PATH={NODE_PATH}",
+                "HOME=/root", "LANG=C.UTF-8", "/bin/sh", "-c", command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def up(self) -> None:
+        """Bring the testbed up bare, copy its desired state and apply it (exit 0 required)."""
+        source = self.launch()
         shutil.copytree(source, self.desired)
         cluster = self.desired / "cluster.yaml"
         text = cluster.read_text()
@@ -144,7 +162,7 @@ class BenchTestbed:
         _down(self.name)
         shutil.rmtree(self.work, ignore_errors=True)
 
-    def __enter__(self) -> BenchTestbed:
+    def __enter__(self) -> Self:
         try:
             self.up()
         except BaseException:

@@ -166,24 +166,33 @@ def test_good_commit_goes_through_three_waves_without_touching_a_running_job(rbe
 
 def test_slurm_conf_change_goes_out_together_gated_and_is_rolled_back_together(rbed: RolloutBed,
                                                                              daemon: DaemonProcess) -> None:
-    conf = rbed.on_all("cat /etc/slurm/slurm.conf")
+    body = "tail -n +2 /etc/slurm/slurm.conf"  # the first line names the commit that wrote the file
+    conf = rbed.on_all(body)
     bad = rbed.remote.commit("typo in the Prolog path", {"cluster.yaml": lambda text: text.replace(
         "Prolog: /etc/slurm/prolog.sh", "Prolog: /etc/slurm/prolgo.sh")})
+    try:
+        check_cluster_wave_rolled_back(rbed, daemon, bad, body, conf)
+    finally:  # later tests start from a good head whatever happened here
+        good = rbed.remote.commit("Prolog path fixed", {"cluster.yaml": lambda text: text.replace(
+            "Prolog: /etc/slurm/prolgo.sh", "Prolog: /etc/slurm/prolog.sh")})
+        daemon.wait_applied(good, timeout=120)
+
+
+def check_cluster_wave_rolled_back(rbed: RolloutBed, daemon: DaemonProcess, bad: str, body: str,
+                                   conf: dict[str, str]) -> None:
+    """The bad slurm.conf went out as one gated wave and every node has the old file back, undrained."""
     record = rolled_back(daemon, bad)
     assert record["gate"] == "smoke-job" and record["wave"] == 1, record
     (done,) = rollouts_of(daemon, bad)
     (wave,) = done["waves"]["waves"]
     assert wave["cluster"] and wave["name"] == "cluster" and "slurm.conf" in wave["why"]
     assert done["waves"]["gates"][0] == "slurm" and done["timeline"][0]["gates"][0]["ok"]  # slurmctld fine
-    assert rbed.on_all("cat /etc/slurm/slurm.conf") == conf
+    assert rbed.on_all(body) == conf
     assert "prolgo" not in rbed.exec("ctl", "scontrol show config | grep -i '^Prolog '")
     assert rbed.drained() == {}
     assert sorted(record["resumed"]) == COMPUTES  # Slurm drained every node ("Prolog error"); all resumed
     srun = rbed.bed.exec("ctl", "timeout 60 srun -N16 --immediate=30 true", check=False)
     assert srun.returncode == 0, srun.stderr
-    good = rbed.remote.commit("Prolog path fixed", {"cluster.yaml": lambda text: text.replace(
-        "Prolog: /etc/slurm/prolgo.sh", "Prolog: /etc/slurm/prolog.sh")})
-    daemon.wait_applied(good, timeout=120)
 
 
 @pytest.mark.parametrize("phase", ["applying", "gating", "soaking"])

@@ -72,7 +72,7 @@ def test_light_desired_state_validates(tmp_path: Path) -> None:
     for name, text in desired_state.render(data).items():
         out.mkdir(exist_ok=True)
         (out / name).write_text(text)
-    assert sorted(p.name for p in out.iterdir()) == ["cluster.yaml", "nodes.yaml", "patches.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["cluster.yaml", "nodes.yaml", "patches.yaml", "rollout.yaml"]
     state = loader.load_dir(out).state
     assert [p.path for p in state.patches] == [desired_state.LIGHT_FILE]
     assert state.patches[0].nodes == "ctl,gpu[001-256]"
