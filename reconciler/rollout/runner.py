@@ -31,6 +31,7 @@ from reconciler.rollout.failpoints import failpoint
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
 
+LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
 Status = Literal["complete", "rolled-back", "rollback-failed", "failed", "stopped"]
 Log = Callable[[str], None]
 
@@ -297,22 +298,27 @@ class RolloutRunner:
 
     def _resume_drains(self, nodes: list[str], before: SlurmView, gate: dict[str, Any]) -> list[str]:
         """Resume the nodes the bad commit got drained: by Slurm for a prolog/epilog error, or by us; never
-        a drain that was there before the rollout or that anyone else set."""
-        now = self.gates.view()
-        if now.error:
-            self.log(f"rollout: cannot read Slurm's view to resume drains: {now.error}")
-            return []
-        drained = new_drains(before, now, nodes)
-        resumed = []
-        for node, reason in sorted(drained.items()):
-            if not (script_drain(reason) or ours(reason)):
-                continue
-            result = self.transport.run(self.gates.controller, resume_command(node))
-            if result.ok:
-                resumed.append(node)
-                self.log(f"rollout: resumed {node} (drained during the rollout: {reason})")
-            else:
-                self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
+        a drain that was there before the rollout or that anyone else set. Slurm records a failed job's drains
+        node by node, so a pass that resumed some looks again after LATE_DRAINS seconds for ones set since."""
+        resumed: list[str] = []
+        for attempt in range(3):
+            if attempt:
+                time.sleep(LATE_DRAINS)
+            now = self.gates.view()
+            if now.error:
+                self.log(f"rollout: cannot read Slurm's view to resume drains: {now.error}")
+                return resumed
+            found = [(n, r) for n, r in sorted(new_drains(before, now, nodes).items())
+                     if n not in resumed and (script_drain(r) or ours(r))]
+            if not found:
+                return resumed
+            for node, reason in found:
+                result = self.transport.run(self.gates.controller, resume_command(node))
+                if result.ok:
+                    resumed.append(node)
+                    self.log(f"rollout: resumed {node} (drained during the rollout: {reason})")
+                else:
+                    self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
         return resumed
 
 

@@ -190,7 +190,8 @@ def check_cluster_wave_rolled_back(rbed: RolloutBed, daemon: DaemonProcess, bad:
     assert rbed.on_all(body) == conf
     assert "prolgo" not in rbed.exec("ctl", "scontrol show config | grep -i '^Prolog '")
     assert rbed.drained() == {}
-    assert sorted(record["resumed"]) == COMPUTES  # Slurm drained every node ("Prolog error"); all resumed
+    # Slurm drained the nodes the job's prolog failed on ("Prolog error"): all resumed, none left drained.
+    assert record["resumed"] and set(record["resumed"]) <= set(COMPUTES)
     srun = rbed.bed.exec("ctl", "timeout 60 srun -N16 --immediate=30 true", check=False)
     assert srun.returncode == 0, srun.stderr
 
