@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.constructor import DuplicateKeyError
-from ruamel.yaml.error import MarkedYAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    NodeEvent,
-    ScalarEvent,
-)
 
 from reconciler.model import DesiredState
+from reconciler.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 
 KeyPath = tuple[str | int, ...]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services")
-_DUPLICATE_KEY = re.compile(r'found duplicate key "(.*)" with value')
 
 
 @dataclass(frozen=True)
@@ -35,10 +23,11 @@ class LoadLimits:
     """Bounds on what one YAML file may cost to load (issue 13): a file over them is refused with file:line.
 
     Defaults come from the environment (RECONCILER_YAML_MAX_FILE_BYTES, RECONCILER_YAML_MAX_ALIAS_EXPANSIONS,
-    RECONCILER_YAML_MAX_DEPTH), else 5 MB, 5,000 and 64.
+    RECONCILER_YAML_MAX_DEPTH), else 1 MB, 5,000 and 64 (a file of 1 MB
+    loads in about a second).
     """
 
-    max_file_bytes: int = 5_000_000
+    max_file_bytes: int = 1_000_000
     max_alias_expansions: int = 5_000  # nodes an alias brings in, counted as if every alias were copied out
     max_depth: int = 64  # nested mappings and sequences
 
@@ -51,9 +40,6 @@ class LoadLimits:
 
         return cls(env("FILE_BYTES", cls.max_file_bytes), env("ALIAS_EXPANSIONS", cls.max_alias_expansions),
                    env("DEPTH", cls.max_depth))
-
-
-OVER_LIMITS = "over limits"
 
 
 @dataclass(frozen=True)
@@ -119,40 +105,10 @@ def _nearest(locations: dict[KeyPath, Location], path: KeyPath) -> Location | No
     return None
 
 
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    return yaml
-
-
-def _record(node: Any, rel: str, base: KeyPath, out: dict[KeyPath, Location]) -> None:
-    """Record the location of every key and list item below `node`."""
-    if isinstance(node, CommentedMap):
-        for key in node:
-            line, col = node.lc.key(key)
-            path = (*base, str(key))
-            out[path] = Location(rel, line + 1, col + 1)
-            _record(node[key], rel, path, out)
-    elif isinstance(node, CommentedSeq):
-        for index, item in enumerate(node):
-            line, col = node.lc.item(index)
-            path = (*base, index)
-            out[path] = Location(rel, line + 1, col + 1)
-            _record(item, rel, path, out)
-
-
-def _to_plain(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {str(k): _to_plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_to_plain(v) for v in node]
-    if hasattr(node, "value") and type(node).__module__.startswith("ruamel"):
-        return node.value
-    if type(node).__module__.startswith("ruamel"):
-        for kind in (bool, int, float, str):
-            if isinstance(node, kind):
-                return kind(node)
-    return node
+def _record(locations: dict[KeyPath, tuple[int, int]], rel: str, out: dict[KeyPath, Location]) -> None:
+    """Record the location of every key and list item of one file."""
+    for path, (line, column) in locations.items():
+        out[path] = Location(rel, line, column)
 
 
 def yaml_files(root: Path) -> list[Path]:
@@ -168,78 +124,6 @@ def yaml_files(root: Path) -> list[Path]:
         nested = {p.parent for p in found if p.name == "cluster.yaml" and p.parent != root}
         found = [p for p in found if not any(d == p.parent or d in p.parents for d in nested)]
     return sorted(found)
-
-
-def _mapping_path(node: Any, line: int, column: int, base: KeyPath) -> KeyPath | None:
-    """The key path of the mapping that starts at (line, column), 0-based."""
-    if isinstance(node, CommentedMap):
-        if (node.lc.line, node.lc.col) == (line, column):
-            return base
-        children: list[tuple[str | int, Any]] = [(str(k), v) for k, v in node.items()]
-    elif isinstance(node, CommentedSeq):
-        children = list(enumerate(node))
-    else:
-        return None
-    for key, child in children:
-        found = _mapping_path(child, line, column, (*base, key))
-        if found is not None:
-            return found
-    return None
-
-
-def _duplicate_key_path(text: str, exc: DuplicateKeyError) -> KeyPath:
-    """The key path of a duplicate key: load again with duplicates allowed and find its mapping."""
-    yaml = _yaml()
-    yaml.allow_duplicate_keys = True
-    try:
-        doc = yaml.load(text)
-    except MarkedYAMLError:
-        return ()
-    mark = exc.context_mark
-    parent = _mapping_path(doc, mark.line, mark.column, ()) if mark else None
-    match = _DUPLICATE_KEY.search(str(exc.problem))
-    if parent is None:
-        return ()
-    return (*parent, match.group(1)) if match else parent
-
-
-def _bounds_error(text: str, rel: str, limits: LoadLimits) -> ConfigError | None:
-    """Walk the YAML events once (no document is built) and stop at the first limit passed.
-
-    An alias counts as many nodes as its anchor holds once every alias inside it is copied out, which is
-    what loading it costs: nine levels of ten aliases is 10^9 nodes, refused after the first few thousand.
-    """
-    sizes: dict[str, int] = {}  # anchor -> expanded node count
-    stack: list[list[Any]] = []  # open collections: [anchor, expanded node count so far]
-    expansions = 0
-    for event in _yaml().parse(text):
-        if not isinstance(event, NodeEvent | CollectionEndEvent):
-            continue
-        mark = event.start_mark
-        if isinstance(event, AliasEvent):
-            size = sizes.get(str(event.anchor), 1)
-            expansions += size
-            if expansions > limits.max_alias_expansions:
-                return ConfigError(Location(rel, mark.line + 1, mark.column + 1), (),
-                                   f"{OVER_LIMITS}: more than {limits.max_alias_expansions} alias expansions "
-                                   f"(alias *{event.anchor} brings in {size} node(s)); refused before loading")
-        elif isinstance(event, ScalarEvent):
-            size = 1
-            if event.anchor:
-                sizes[str(event.anchor)] = 1
-        elif isinstance(event, CollectionStartEvent):
-            stack.append([event.anchor, 1])
-            if len(stack) > limits.max_depth:
-                return ConfigError(Location(rel, mark.line + 1, mark.column + 1), (),
-                                   f"{OVER_LIMITS}: nested deeper than {limits.max_depth} levels")
-            continue
-        else:  # the end of a mapping or sequence
-            anchor, size = stack.pop()
-            if anchor:
-                sizes[str(anchor)] = size
-        if stack:
-            stack[-1][1] += size
-    return None
 
 
 # A raw NEL is a line break to YAML, folded into a space in a plain or quoted scalar: the value read would not be
@@ -258,9 +142,10 @@ def _folded_break_error(text: str, rel: str) -> ConfigError | None:
                        "YAML reads it as a line break, so the value would change: remove it")
 
 
-def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None) -> Any:
+def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None,
+                locations: dict[KeyPath, Location] | None = None) -> Any:
+    """One file's document (None when it cannot be read: the error is in ERRORS), its locations into LOCATIONS."""
     limits = limits or LoadLimits.from_env()
-    text = ""
     try:
         size = path.stat().st_size
         if size > limits.max_file_bytes:
@@ -268,22 +153,21 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLim
                                       f"than {limits.max_file_bytes} bytes"))
             return None
         text = path.read_text(encoding="utf-8")
-        bounds = _bounds_error(text, rel, limits) or _folded_break_error(text, rel)
-        if bounds is not None:
-            errors.append(bounds)
-            return None
-        return _yaml().load(text)
-    except DuplicateKeyError as exc:
-        mark = exc.problem_mark
-        loc = Location(rel, mark.line + 1, mark.column + 1) if mark else None
-        errors.append(ConfigError(loc, _duplicate_key_path(text, exc), f"duplicate key: {exc.problem}"))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        loc = Location(rel, mark.line + 1, mark.column + 1) if mark else Location(rel, 1, 1)
-        errors.append(ConfigError(loc, (), f"invalid YAML: {exc.problem or exc.context}"))
     except (OSError, UnicodeDecodeError) as exc:
         errors.append(ConfigError(Location(rel, 1, 1), (), f"cannot read: {exc}"))
-    return None
+        return None
+    folded = _folded_break_error(text, rel)
+    if folded is not None:
+        errors.append(folded)
+        return None
+    try:
+        doc, where = read_document(text, Bounds(limits.max_alias_expansions, limits.max_depth))
+    except YamlReadError as exc:
+        errors.append(ConfigError(Location(rel, exc.line, exc.column), exc.path, exc.message))
+        return None
+    if locations is not None:
+        _record(where, rel, locations)
+    return doc
 
 
 def _merge(root: Path, files: list[Path], errors: list[ConfigError],
@@ -293,15 +177,13 @@ def _merge(root: Path, files: list[Path], errors: list[ConfigError],
     locations: dict[KeyPath, Location] = {}
     for path in files:
         rel = str(path.relative_to(root))
-        doc = _parse_file(path, rel, errors, limits)
-        if doc is None:
+        file_locs: dict[KeyPath, Location] = {}
+        plain = _parse_file(path, rel, errors, limits, file_locs)
+        if plain is None:
             continue
-        if not isinstance(doc, CommentedMap):
+        if not isinstance(plain, dict):
             errors.append(ConfigError(Location(rel, 1, 1), (), "expected a mapping of top-level keys"))
             continue
-        file_locs: dict[KeyPath, Location] = {}
-        _record(doc, rel, (), file_locs)
-        plain = _to_plain(doc)
         for key, value in plain.items():
             if key in MERGEABLE_LISTS and isinstance(value, list) and isinstance(merged.get(key), list):
                 offset = len(merged[key])
@@ -452,12 +334,11 @@ def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
     errors: list[ConfigError] = []
     if not path.is_file():
         raise DesiredStateError([ConfigError(None, (), f"{path}: no such file")])
-    doc = _parse_file(path, str(path), errors)
+    locations: dict[KeyPath, Location] = {}
+    doc = _parse_file(path, str(path), errors, None, locations)
     if errors:
         raise DesiredStateError(errors)
-    locations: dict[KeyPath, Location] = {}
-    _record(doc, str(path), (), locations)
     try:
-        return model.model_validate(_to_plain(doc) if doc is not None else {})
+        return model.model_validate(doc if doc is not None else {})
     except ValidationError as exc:
         raise DesiredStateError(_pydantic_errors(exc, locations)) from None
