@@ -17,8 +17,10 @@ def _unknown(expr: str, known: set[str]) -> list[str]:
     return [name for name in hostlist.expand(expr) if name not in known]
 
 
-def _names(names: list[str]) -> str:
-    return hostlist.compress(names)
+def _names(names: list[str], shown: int = 64) -> str:
+    if len(names) <= shown:  # compressing a huge hostile list only to print it would cost seconds
+        return hostlist.compress(names)
+    return f"{hostlist.compress(names[:shown])} and {len(names) - shown} more"
 
 
 def _inventory(state: DesiredState) -> Iterator[Problem]:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import hostlist as _hostlist
@@ -16,6 +21,10 @@ _MAX_RANGE = 64 * 1024  # Slurm's MAX_RANGE: "Too many hosts in range"
 
 
 _TRAILING_NUMBER = re.compile(r"^(.*?\D|)\d+$")
+_GROUP_TERM = re.compile(r"^(\d+)(?:-(\d+))?$")
+MAX_EXPRESSION = 65_536  # names one expression may expand to (a cluster of more nodes is not a Slurm cluster)
+MAX_TOTAL = 1_000_000  # names all distinct expressions of one desired state may expand to, together
+_CACHE_NAMES = 2_000_000  # names the expansion cache may hold in all: hostile expressions cannot fill memory
 
 
 class HostlistError(ValueError):
@@ -37,6 +46,73 @@ def _items(expr: str) -> list[str]:
 def split_top_level(expr: str) -> list[str]:
     """The comma-separated items of an expression (commas inside brackets kept), empty items dropped."""
     return _items(expr)
+
+
+def count(expr: str) -> int:
+    """How many names an expression expands to, computed from its ranges without expanding (duplicates counted)."""
+    _check_syntax(expr.strip())
+    total = 0
+    for item in _items(expr.strip()):
+        names = 1
+        for group in _GROUP.findall(item):
+            size = 0
+            for term in group.split(","):
+                match = _GROUP_TERM.match(term)
+                if match is None:
+                    raise HostlistError(f"invalid hostlist {expr!r}: bad range {term!r} in [{group}]")
+                low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+                if high < low:
+                    raise HostlistError(f"invalid hostlist {expr!r}: range {term!r} runs backwards")
+                size += high - low + 1
+            names *= size
+            if names > MAX_EXPRESSION:  # stop multiplying: the product of many groups is astronomic
+                return names
+        total += names
+        if total > MAX_EXPRESSION:
+            return total
+    return total
+
+
+@dataclass
+class _Budget:
+    limit: int
+    spent: int = 0
+    seen: set[str] = field(default_factory=set)
+
+
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("hostlist_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget(limit: int | None = None) -> Iterator[None]:
+    """Bound the names all distinct expressions expanded inside this block may add up to (one desired state)."""
+    if limit is None:
+        raw = os.environ.get("RECONCILER_HOSTLIST_MAX_TOTAL", "")
+        limit = int(raw) if raw.isdigit() else MAX_TOTAL
+    token = _BUDGET.set(_Budget(limit))
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+_count = lru_cache(maxsize=16384)(count)
+
+
+def _checked_size(expr: str) -> int:
+    """The expression's size; refused, before expanding, over the per-expression bound or the budget."""
+    size = _count(expr)
+    if size > MAX_EXPRESSION:
+        raise HostlistError(f"invalid hostlist {expr[:80]!r}{'...' if len(expr) > 80 else ''}: expands to more "
+                            f"than {MAX_EXPRESSION} names (refused before expanding)")
+    spending = _BUDGET.get()
+    if spending is not None and expr not in spending.seen:
+        spending.seen.add(expr)
+        spending.spent += size
+        if spending.spent > spending.limit:
+            raise HostlistError(f"invalid hostlist {expr[:80]!r}: the desired state's hostlists expand to more "
+                                f"than {spending.limit} names in all (refused before expanding)")
+    return size
 
 
 def _library(expr: str) -> list[str]:
@@ -71,16 +147,72 @@ def _expand_item(item: str, expr: str) -> list[str]:
     return _slurm_order(item[: groups[-1].start()], item[groups[-1].start() :])
 
 
-@lru_cache(maxsize=8192)
-def _expand_cached(expr: str) -> tuple[str, ...]:
+def _check_syntax(expr: str) -> None:
     if any(char.isspace() for char in expr):
         raise HostlistError(f"invalid hostlist {expr!r}: whitespace inside (separate names with commas)")
     if expr.count("[") != expr.count("]"):
         raise HostlistError(f"invalid hostlist {expr!r}: unbalanced brackets")
+
+
+def _expand_uncached(expr: str) -> tuple[str, ...]:
+    _check_syntax(expr)
     names: list[str] = []
     for item in _items(expr):
         names += _expand_item(item, expr)
     return tuple(names)
+
+
+class _SizedCache:
+    """Expansions kept by the number of names they hold (oldest dropped first), not by the number of entries."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+        self.entries: dict[str, tuple[tuple[str, ...], frozenset[str] | None]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, expr: str, as_set: bool) -> tuple[str, ...] | frozenset[str]:
+        with self.lock:
+            return self._get(expr, as_set)
+
+    def _get(self, expr: str, as_set: bool) -> tuple[str, ...] | frozenset[str]:
+        entry = self.entries.get(expr)
+        if entry is None:
+            names = _expand_uncached(expr)
+            while self.entries and self.held + len(names) > self.capacity:
+                _, (old, _) = self._pop_oldest()
+                self.held -= len(old)
+            entry = (names, None)
+            if len(names) <= self.capacity:
+                self.entries[expr] = entry
+                self.held += len(names)
+        if not as_set:
+            return entry[0]
+        as_frozen = entry[1]
+        if as_frozen is None:
+            as_frozen = frozenset(entry[0])
+            if expr in self.entries:
+                self.entries[expr] = (entry[0], as_frozen)
+        return as_frozen
+
+    def _pop_oldest(self) -> tuple[str, tuple[tuple[str, ...], frozenset[str] | None]]:
+        key = next(iter(self.entries))
+        return key, self.entries.pop(key)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.held = 0
+
+
+_CACHE = _SizedCache(_CACHE_NAMES)
+
+
+def _expand_cached(expr: str) -> tuple[str, ...]:
+    _checked_size(expr)
+    names = _CACHE.get(expr, as_set=False)
+    assert isinstance(names, tuple)
+    return names
 
 
 def expand(expr: str) -> list[str]:
@@ -91,15 +223,15 @@ def expand(expr: str) -> list[str]:
     return list(_expand_cached(expr))
 
 
-@lru_cache(maxsize=1024)
-def _expand_set_cached(expr: str) -> frozenset[str]:
-    return frozenset(_expand_cached(expr))
-
-
 def expand_set(expr: str) -> frozenset[str]:
     """The host names of an expression as a set (cached, for fast membership tests)."""
     expr = expr.strip()
-    return _expand_set_cached(expr) if expr else frozenset()
+    if not expr:
+        return frozenset()
+    _checked_size(expr)
+    names = _CACHE.get(expr, as_set=True)
+    assert isinstance(names, frozenset)
+    return names
 
 
 def compress(names: Iterable[str]) -> str:
@@ -128,5 +260,5 @@ def is_valid(expr: str) -> bool:
 
 def clear_cache() -> None:
     """Forget cached expansions (for benchmarks that must start cold)."""
-    _expand_cached.cache_clear()
-    _expand_set_cached.cache_clear()
+    _CACHE.clear()
+    _count.cache_clear()

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from reconciler import hostlist
 from reconciler.model import DesiredState
 from reconciler.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 
@@ -305,18 +306,23 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
     merged, locations = _merge(root, files, errors, limits)
     state: DesiredState | None = None
-    try:
-        state = DesiredState.model_validate(merged)
-    except ValidationError as exc:
+    with hostlist.budget():  # all hostlists of this state together are bounded before expanding
+        try:
+            state = DesiredState.model_validate(merged)
+            exc = None
+        except ValidationError as invalid:
+            exc = invalid
+            partial = _cross_check_partial(merged, invalid)
+    if exc is not None:
         parse_failed = bool(errors)
-        partial = _cross_check_partial(merged, exc)
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in partial)
         errors.extend(e for e in _pydantic_errors(exc, locations)
                       # a file that failed to parse explains a missing top-level key better
                       if not (parse_failed and len(e.path) == 1 and e.message == "required key is missing"))
     if state is not None:
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in cross_check(state))
-        errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in _secrets_outside(state, root))
+        errors.extend(ConfigError(_nearest(locations, path), path, msg)
+                  for path, msg in _secrets_outside(state, root))
         yaml_file = {int(path[1]): loc.file for path, loc in locations.items()
                      if len(path) == 2 and path[0] == "files" and isinstance(path[1], int)}
         errors.extend(ConfigError(_nearest(locations, path), path, msg)
