@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from reconciler import hostlist
+from reconciler import hostlist, targets
 from reconciler import params as slurm_params
 from reconciler import values as value_rules
 from reconciler.inventory import node_specs
@@ -263,4 +263,4 @@ def cross_check(state: DesiredState) -> list[Problem]:
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
-            *_others(state, known), *_files(state, known, roles)]
+            *_others(state, known), *_files(state, known, roles), *targets.refusals(state)]

@@ -276,7 +276,10 @@ def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[t
         except ValidationError as again:
             exc = again
             continue
-        return [(pruned.original(path), msg) for path, msg in cross_check(state)]
+        try:
+            return [(pruned.original(path), msg) for path, msg in cross_check(state)]
+        except hostlist.HostlistError:  # the budget is spent: the errors already say why
+            return []
     return []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -18,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from reconciler import hostlist, values
+from reconciler import hostlist, netnames, values
 from reconciler import params as slurm_params
 from reconciler.values import (
     EnrootUri,
@@ -66,8 +67,21 @@ def _absolute(path: str) -> str:
 
 
 def _hostlist_expr(expr: str) -> str:
-    hostlist.expand(expr)  # raises HostlistError (a ValueError) with the reason
+    _node_names(expr)
     return expr
+
+
+@lru_cache(maxsize=4096)
+def _node_names(expr: str) -> None:
+    """Every name of a hostlist follows Slurm's NodeName rules (expansion bounded first; checked once per text)."""
+    for name in hostlist.expand(expr):  # raises HostlistError (a ValueError) with the reason
+        netnames.node_name(name)
+
+
+_SshHost = Annotated[str, AfterValidator(netnames.host_template)]
+_SshUser = Annotated[str, AfterValidator(netnames.user)]
+_SshJump = Annotated[str, AfterValidator(netnames.proxy_jump)]
+_SshFile = Annotated[str, AfterValidator(netnames.local_path)]
 
 
 # Checked wherever used (slurm.conf paths, check mounts, ...), not only where a field validator says so.
@@ -321,8 +335,15 @@ class Cluster(Strict):
     @classmethod
     def _controllers(cls, value: list[str]) -> list[str]:
         for entry in value:
-            if not re.fullmatch(r"[A-Za-z0-9_.-]+(\([A-Za-z0-9_.:-]+\))?", entry):
+            match = re.fullmatch(r"([^()]+)(?:\(([^()]+)\))?", entry)
+            if not match:
                 raise ValueError(f"a controller is a node name or name(address), got {entry!r}")
+            try:
+                netnames.node_name(match.group(1))
+                if match.group(2):
+                    netnames.host(match.group(2))
+            except ValueError as exc:
+                raise ValueError(f"a controller is a node name or name(address): {exc}") from None
         return value
 
     @property
@@ -357,11 +378,11 @@ class Node(Strict):
     """One node, or a hostlist of alike nodes, and how to reach it over SSH."""
 
     name: Hostlist
-    host: Text | None = Field(default=None, description="Address or ssh_config alias; '{name}' is replaced")
+    host: _SshHost | None = Field(default=None, description="Address or ssh_config alias; '{name}' is replaced")
     port: int | None = Field(default=None, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    proxy_jump: str | None = Field(default=None, description="Bastion, [user@]host[:port]")
+    user: _SshUser | None = None
+    identity_file: _SshFile | None = None
+    proxy_jump: _SshJump | None = Field(default=None, description="Bastion, [user@]host[:port]")
     roles: list[Role] = Field(default_factory=list)
     service_manager: ServiceManager | None = None
     drain: SlurmStr | None = Field(default=None, description="Keep this node drained with this reason")
@@ -372,8 +393,7 @@ class Node(Strict):
 class SSHGateway(Strict):
     """A ClusterShell gateway: the node that relays commands to the nodes behind it (tree mode)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                      description="The gateway node (an ssh_config alias or address), reached directly")
+    name: _SshHost = Field(description="The gateway node (an ssh_config alias or address), reached directly")
     nodes: Hostlist = Field(description="The nodes reached through this gateway, e.g. gpu[001-128]")
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
@@ -382,13 +402,13 @@ class SSHGateway(Strict):
 class SSHDefaults(Strict):
     """SSH settings shared by every node (a node's own keys win)."""
 
-    config: str | None = Field(default=None, description="An ssh_config file (relative to the repo)")
-    known_hosts: str | None = Field(default=None, description="known_hosts file (relative to the repo)")
+    config: _SshFile | None = Field(default=None, description="An ssh_config file (relative to the repo)")
+    known_hosts: _SshFile | None = Field(default=None, description="known_hosts file (relative to the repo)")
     host_key_policy: Literal["reject", "accept-new"] = "reject"
-    user: str = "root"
-    port: int = 22
-    identity_file: str | None = None
-    proxy_jump: str | None = None
+    user: _SshUser = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    identity_file: _SshFile | None = None
+    proxy_jump: _SshJump | None = None
     connect_timeout: int = Field(default=10, ge=1)
     command_timeout: int = Field(default=120, ge=1)
     forks: int = Field(default=64, ge=1)

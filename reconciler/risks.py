@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reconciler import targets
 from reconciler.loader import ConfigError, KeyPath, LoadedState
 from reconciler.model import DesiredState, Patch
 from reconciler.values import is_wide_client, is_world_client
@@ -54,6 +55,7 @@ def _risks(state: DesiredState) -> list[tuple[KeyPath, str]]:
         if patch.validate_cmd is None and _is_script(patch):
             out.append((("patches", i), f"{patch.path} is a script and has no validate command: a syntax error "
                                         "reaches the nodes as is (e.g. validate: 'sh -n %s')"))
+    out += list(targets.risks(state))
     return out
 
 

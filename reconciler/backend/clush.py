@@ -30,7 +30,7 @@ from ClusterShell.NodeSet import NodeSet
 from ClusterShell.Task import Task, task_self
 from ClusterShell.Topology import TopologyGraph
 
-from reconciler import hostlist
+from reconciler import hostlist, netnames
 from reconciler.backend.base import BaseTransport, CommandFor, CommandResult, StdinFor, Transport
 from reconciler.backend.session import wrap_command
 from reconciler.backend.ssh import SSHTransport
@@ -157,7 +157,9 @@ class ClushTransport(BaseTransport):
         """Topology (root -> gateways -> their nodes), OpenSSH options and fan-out for this run."""
         graph = TopologyGraph()
         gateways: dict[str, list[str]] = {}
-        for spec in specs:
+        for spec in specs:  # OpenSSH puts no `--` before ClusterShell's destination: never let one be an option
+            netnames.host(spec.host)
+            netnames.host(self.behind[spec.name])
             gateways.setdefault(self.behind[spec.name], []).append(spec.host)
         graph.add_route(NodeSet(ROOT), NodeSet.fromlist(gateways))
         for gateway, hosts in gateways.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+from reconciler import netnames
 from reconciler.backend.base import CommandResult
 from reconciler.backend.ssh import SSHTransport
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
@@ -40,7 +41,14 @@ def parse_ssh_url(url: str) -> SshTarget | None:
     parsed = urlparse(url)
     if not parsed.hostname:
         raise ValueError(f"{url}: no host")
-    return SshTarget(parsed.username, parsed.hostname, parsed.port)
+    try:  # the parts reach paramiko and any ProxyCommand of ssh_config: a hostname, user name and port only
+        netnames.host(parsed.hostname)
+        if parsed.username is not None:
+            netnames.user(parsed.username)
+        port = parsed.port
+    except ValueError as exc:
+        raise ValueError(f"{url}: {exc}") from None
+    return SshTarget(parsed.username, parsed.hostname, port)
 
 
 class LocalFiles:

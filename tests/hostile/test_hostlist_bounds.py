@@ -65,7 +65,7 @@ def test_budget_counts_distinct_expressions_once() -> None:
 
 
 def _state(tmp_path: Path) -> Path:
-    return write_state(tmp_path / "desired", name="bounds", state_dir=tmp_path, subnet="10.99.0.0",
+    return write_state(tmp_path / "desired", name="bounds", state_dir=tmp_path, subnet="10.99.0",
                        computes="gpu[01-02]")
 
 

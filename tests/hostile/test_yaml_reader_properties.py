@@ -171,7 +171,7 @@ WORST = {
     # the same with a hostile construct at its very end (so the whole file is read before it is refused)
     "mappings": "nodes:\n" + "".join(f"  - name: gpu{i:06d}\n    host: 10.1.{i % 250}.{i % 200}\n"
                                       for i in range(40_000)),
-    "flow": "x: [" + ", ".join(f"a{i}" for i in range(150_000)) + "]\n",
+    "flow": "x: [" + ", ".join(f"a{i}" for i in range(120_000)) + "]\n",
     "block": "x: |\n" + "".join("  " + "a" * 76 + "\n" for i in range(12_500)),
     "aliases": "a: &a [1, 2, 3]\nb: [" + ", ".join("*a" for _ in range(1600)) + "]\n",
     "tag-at-end": "nodes:\n" + "".join(f"  - name: gpu{i:06d}\n" for i in range(50_000)) + "x: !!python/tuple []\n",
@@ -183,20 +183,19 @@ def test_worst_case_file_within_time_and_memory(shape: str, tmp_path: Path) -> N
     """A file at the size limit, of each costly shape: loaded or refused in a child using < 200 MB and ~1 s."""
     limit = LoadLimits().max_file_bytes
     text = WORST[shape]
-    text = text[: limit - 100]
-    if not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-        if shape == "flow":
-            text = text.rstrip("\n").rsplit(",", 1)[0] + "]\n"
+    if shape == "flow":
+        text = text[: limit - 100].rsplit(",", 1)[0] + "]\n"
+    elif len(text) > limit:
+        text = text[: text.rfind("\n", 0, limit - 100) + 1]
     if shape == "tag-at-end":
         text = text[: limit - 200].rsplit("\n  - ", 1)[0] + "\nx: !!python/tuple []\n"
     (tmp_path / "cluster.yaml").write_text(text)
     assert (tmp_path / "cluster.yaml").stat().st_size <= limit
-    probe = ("import json, resource, sys, time\nfrom reconciler.loader import DesiredStateError, load_dir\n"
+    probe = ("import json, sys, time\nfrom reconciler.loader import DesiredStateError, load_dir\n"
              "t = time.perf_counter()\ntry:\n    load_dir(sys.argv[1]); errors = []\n"
              "except DesiredStateError as e:\n    errors = [str(x) for x in e.errors]\n"
-             "print(json.dumps({'s': time.perf_counter() - t, 'mb': resource.getrusage(resource.RUSAGE_SELF)"
-             ".ru_maxrss / 1024, 'errors': errors[:3]}))\n")
+             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+             "print(json.dumps({'s': time.perf_counter() - t, 'mb': int(hwm) / 1024, 'errors': errors[:3]}))\n")
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60,
                           cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]

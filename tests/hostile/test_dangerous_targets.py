@@ -1,0 +1,104 @@
+"""Dangerous targets (issue 22): refused when they can only brick a node, warned (file:line, PR comment) otherwise."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reconciler.drivers import all_drivers
+from reconciler.engine.context import Context
+from reconciler.engine.planner import make_plan
+from reconciler.loader import DesiredStateError, load_dir
+from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.risks import risk_warnings
+from reconciler.targets import SYSTEM_DIRS, VIRTUAL_FS
+from tests.operations.test_operations import converged_facts
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "desired-state"
+MOUNT = "    - source: nfs01:/export/home\n      mountpoint: /home\n"
+
+
+def _copy(tmp: Path) -> Path:
+    root = tmp / "state"
+    if root.exists():
+        shutil.rmtree(root)
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("examples"))
+    return root
+
+
+def _mount_at(root: Path, mountpoint: str) -> int:
+    path = root / "storage.yaml"
+    text = path.read_text()
+    assert MOUNT in text
+    path.write_text(text.replace(MOUNT, MOUNT.replace("mountpoint: /home\n", f"mountpoint: {mountpoint}\n")))
+    return text.splitlines().index("      mountpoint: /home") + 1
+
+
+def _add_file(root: Path, path: str, mode: str = "0644") -> Path:
+    target = root / "zz-files.yaml"
+    target.write_text(f"files:\n  - path: {path}\n    nodes: dgx01\n    mode: '{mode}'\n    content: x\n")
+    return target
+
+
+@pytest.mark.parametrize("mountpoint", sorted(SYSTEM_DIRS))
+def test_mount_over_a_system_directory_is_refused(tmp_path: Path, mountpoint: str) -> None:
+    """A mount over /, /etc, /usr, /var, /boot, /proc, /sys, /dev, /run (and the like): an error at its line."""
+    root = _copy(tmp_path)
+    line = _mount_at(root, mountpoint)
+    with pytest.raises(DesiredStateError) as caught:
+        load_dir(root)
+    hits = [e for e in caught.value.errors if "hides a system directory" in e.message]
+    assert hits and str(hits[0].location).startswith(f"storage.yaml:{line}:")
+
+
+@given(st.sampled_from(VIRTUAL_FS), st.lists(st.sampled_from(["sys", "kernel", "x", "cpu0", "shm"]), max_size=3))
+def test_managed_file_under_a_kernel_file_system_is_refused(tmp_path_factory: pytest.TempPathFactory, fs: str,
+                                                             parts: list[str]) -> None:
+    """files: under /proc, /sys or /dev, at any depth: refused at the file's line."""
+    root = _copy(tmp_path_factory.mktemp("vfs"))
+    path = "/".join([fs, *parts])
+    _add_file(root, path)
+    with pytest.raises(DesiredStateError) as caught:
+        load_dir(root)
+    hits = [e for e in caught.value.errors if "kernel file system" in e.message]
+    assert hits and str(hits[0].location).startswith("zz-files.yaml:2:")
+
+
+@pytest.mark.parametrize(("mode", "word"), [("4755", "setuid"), ("2755", "setgid"), ("6755", "setuid and setgid"),
+                                            ("0666", "world-writable")])
+def test_special_modes_are_risk_warnings(tmp_path: Path, mode: str, word: str) -> None:
+    """setuid/setgid and world-writable files load, with a warning at the mode's line."""
+    root = _copy(tmp_path)
+    _add_file(root, "/usr/local/bin/tool", mode)
+    warnings = [str(w) for w in risk_warnings(load_dir(root))]
+    assert any(w.startswith("zz-files.yaml:4:") and word in w for w in warnings), warnings
+
+
+def test_mount_over_a_managed_file_and_lockout_files_warn_and_reach_the_pr_comment(tmp_path: Path) -> None:
+    """A mount over a managed file's directory, and a managed sshd_config: warnings in plans and PR comments."""
+    root = _copy(tmp_path)
+    line = _mount_at(root, "/etc/slurm")
+    _add_file(root, "/etc/ssh/sshd_config")
+    loaded = load_dir(root)
+    warnings = [str(w) for w in risk_warnings(loaded)]
+    assert any(w.startswith(f"storage.yaml:{line}:") and "holds managed file(s) /etc/slurm/" in w
+               for w in warnings), warnings
+    assert any(w.startswith("zz-files.yaml:2:") and "lock out" in w for w in warnings), warnings
+    ctx = Context(loaded=loaded, source="test")
+    ctx.facts = converged_facts(ctx)
+    plan = make_plan(ctx, all_drivers())
+    comment = render_pr_comment(PrPlan(number=1, head_sha="a" * 40, head_ref="r", subdir="", status="ok",
+                                       main_plan=plan, plan=plan))
+    assert "**Warnings**" in comment and "/etc/slurm" in comment and "sshd_config" in comment
+
+
+def test_ordinary_targets_stay_quiet(tmp_path: Path) -> None:
+    """The example state (mounts at /home and /shared, ordinary files): no target warning, no refusal."""
+    root = _copy(tmp_path)
+    warnings = [str(w) for w in risk_warnings(load_dir(root))]
+    assert not [w for w in warnings if "mount over" in w or "setuid" in w or "lock out" in w], warnings
