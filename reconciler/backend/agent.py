@@ -13,7 +13,7 @@ import time
 
 import paramiko
 
-from reconciler.backend.session import exec_with_deadline, wait_readable
+from reconciler.backend.session import MAX_OUTPUT, exec_with_deadline, wait_readable
 
 _CHUNK = 65536
 _STDERR_KEPT = 4096
@@ -66,6 +66,9 @@ class AgentChannel:
                 del self._buffer[:end + 1]
                 self.answered += 1
                 return answer
+            if len(self._buffer) > MAX_OUTPUT:  # no newline in 64 MiB: a broken or hostile agent
+                self.close()
+                raise AgentExited(None, f"answer larger than {MAX_OUTPUT // 2**20} MiB: refused", self.answered)
             if not self._receive(deadline):
                 raise self._exited()
 

@@ -28,6 +28,7 @@ class Outcome:
     stdout: bytes
     stderr: bytes
     timed_out: bool
+    too_large: bool = False  # the node sent more than MAX_OUTPUT: cut off, nothing of it is read
 
 
 def wrap_command(command: str, user: str) -> str:
@@ -48,6 +49,10 @@ def open_channel(transport: paramiko.Transport | None, timeout: float) -> parami
         return transport.open_session(timeout=timeout)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         raise SessionOpenError(str(exc) or type(exc).__name__) from exc
+
+
+MAX_OUTPUT = 64 * 1024 * 1024  # bytes of stdout one command may return (facts of a big node are a few MB)
+MAX_STDERR = 64 * 1024  # the end of stderr is what explains a failure
 
 
 def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None, timeout: float) -> Outcome:
@@ -97,6 +102,8 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
             return Outcome(None, bytes(out), bytes(err), timed_out=True)
         pending = _feed(channel, pending)
         _drain(channel, out, err)
+        if len(out) > MAX_OUTPUT:  # a broken or hostile node cannot make the daemon hold more than this
+            return Outcome(None, b"", bytes(err[-MAX_STDERR:]), timed_out=False, too_large=True)
         if not _finished(channel):
             _wait(channel, fd, min(remaining, 0.01 if pending else _POLL))
     _drain(channel, out, err)
@@ -131,6 +138,7 @@ def _drain(channel: paramiko.Channel, out: bytearray, err: bytearray) -> None:
         out += channel.recv(_CHUNK)
     while channel.recv_stderr_ready():
         err += channel.recv_stderr(_CHUNK)
+        del err[:-MAX_STDERR]
 
 
 def _wait(channel: paramiko.Channel, fd: int, seconds: float) -> None:

@@ -27,7 +27,14 @@ from reconciler.backend.hostkeys import (
     refusal,
     unverifiable_algorithms,
 )
-from reconciler.backend.session import Outcome, SessionOpenError, open_channel, run_on_channel, wrap_command
+from reconciler.backend.session import (
+    MAX_OUTPUT,
+    Outcome,
+    SessionOpenError,
+    open_channel,
+    run_on_channel,
+    wrap_command,
+)
 from reconciler.inventory import NodeSpec
 from reconciler.model import SSHDefaults
 
@@ -247,7 +254,9 @@ class SSHTransport(BaseTransport):
         stdout = outcome.stdout.decode("utf-8", errors="replace")
         stderr = outcome.stderr.decode("utf-8", errors="replace")
         error = None
-        if outcome.timed_out:
+        if outcome.too_large:
+            error = f"answer larger than {MAX_OUTPUT // 2**20} MiB: refused (the node's output is not read)"
+        elif outcome.timed_out:
             error = f"command timed out after {limit:g}s"
         elif outcome.exit_code is None:
             error = "no exit status: the command was killed by a signal or its session ended"

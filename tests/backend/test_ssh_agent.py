@@ -122,3 +122,18 @@ def test_fact_agent_answers_fresh_facts_per_line(tmp_path: Path, sshd: Sshd,
         assert [a["files"][str(watched)]["content"] for a in answers] == ["cycle 0\n", "cycle 1\n", "cycle 2\n"]
         assert len({a["commands"]["pid"]["stdout"] for a in answers}) == 1  # the same agent spawned each
         assert transport.total_connects() == 1
+
+
+def test_hostile_node_output_is_bounded(tmp_path: Path, sshd: Sshd, client_key: tuple[Path, str]) -> None:
+    """A node that sends endless output (a command's stdout, or an agent line with no end) is cut off at
+    MAX_OUTPUT and reported; the daemon's memory does not follow the node (issue 22)."""
+    from reconciler.backend.session import MAX_OUTPUT
+
+    node = spec("gpu01", sshd.port, client_key[0])
+    with agent_transport(tmp_path, sshd) as transport:
+        result = transport.run(node, f"head -c {MAX_OUTPUT + 2**20} /dev/zero", timeout=60)
+        assert not result.ok and "larger than 64 MiB" in (result.error or "")
+        assert result.stdout == ""
+        endless = transport.ask(node, "while read -r line; do cat /dev/zero; done", "x", timeout=60)
+        assert not endless.ok and "larger than 64 MiB" in endless.describe()
+        assert ask_pid(transport, node) > 0  # the node is asked again as usual afterwards
