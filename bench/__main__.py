@@ -11,6 +11,8 @@ Sections (`--sections`, default all):
   scale   render + diff of 1,000 and 10,000 nodes against synthesised facts (pure CPU)
   nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
   daemon  commit-to-applied latency of the daemon, poll (Git) and watch (local dir) modes, on N nodes
+  hostile costly and hostile desired-state files at the loader's size limit: seconds and peak memory to read
+          or refuse each (tests/hostile/worst_cases.py)
   rollout progressive rollouts with `reconciler run` on real Slurm (--rollout-nodes, default 16,64): a bad
           commit's prolog rolled back (push -> gate failed -> every node back), and a good commit one-shot
           vs in gated waves (what the gates add per wave)
@@ -29,13 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import daemon, nccl, peers, reconcile, rollout, scale
+from bench import daemon, hostile, nccl, peers, reconcile, rollout, scale
 from bench.ansible_project import ansible_playbook
 from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
-SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout")
+SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
@@ -140,6 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["scale"] = scale.run(_ints(args.sizes), args.runs)
     if "nccl" in sections:
         results["nccl"] = nccl.run()
+    if "hostile" in sections:
+        results["hostile"] = hostile.run(max(args.runs, 3))
     results["elapsed_s"] = time.monotonic() - started
     return results
 

@@ -243,6 +243,10 @@ def tables(results: dict[str, Any]) -> list[Table]:
         out.append(scale_table(results["scale"]))
     if results.get("nccl"):
         out.append(nccl_table(results["nccl"]))
+    if results.get("hostile"):
+        from bench.hostile import table as hostile_table
+
+        out.append(hostile_table(results["hostile"]))
     return out
 
 
@@ -267,6 +271,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool]]:
         from bench.rollout import targets as rollout_targets
 
         found.extend(rollout_targets(results["rollout"]))
+    if results.get("hostile"):
+        from bench.hostile import targets as hostile_targets
+
+        found.extend(hostile_targets(results["hostile"]))
     for row in results.get("scale") or []:
         if row["nodes"] >= TARGET_SCALE_NODES:
             sentence = f"{row['nodes']:,}-node render + diff: {row['plan_s']:.2f} s (target < {TARGET_SCALE_S:.0f} s)"

@@ -73,6 +73,14 @@ def count(expr: str) -> int:
     return total
 
 
+def longest_name(item: str) -> str:
+    """One expression item with each bracket group replaced by its widest number (the longest name it holds)."""
+    def widest(group: re.Match[str]) -> str:
+        return "9" * max((len(bound) for bound in re.split(r"[,-]", group.group(1)) if bound), default=1)
+
+    return _GROUP.sub(widest, item)
+
+
 @dataclass
 class _Budget:
     limit: int

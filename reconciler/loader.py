@@ -15,6 +15,7 @@ from reconciler.model import DesiredState
 from reconciler.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 
 KeyPath = tuple[str | int, ...]
+MAX_ERRORS = 200  # errors reported per load; the rest are counted
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services")
 
@@ -263,6 +264,8 @@ def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[t
     """Cross-check what remains valid after removing the parts the schema rejected."""
     from reconciler.crosscheck import cross_check
 
+    if all(len(err["loc"]) <= 1 for err in exc.errors()):  # only top-level keys wrong: nothing to prune
+        return []
     pruned = _Pruned(merged)
     for _ in range(20):
         progressed = False
@@ -315,7 +318,8 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
             exc = None
         except ValidationError as invalid:
             exc = invalid
-            partial = _cross_check_partial(merged, invalid)
+            # with hundreds of schema errors, what remains is not worth cross-checking (and pruning costs)
+            partial = _cross_check_partial(merged, invalid) if invalid.error_count() <= MAX_ERRORS else []
     if exc is not None:
         parse_failed = bool(errors)
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in partial)
@@ -332,6 +336,9 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
                       for path, msg in read_sources(state, root, yaml_file))
     if errors:
         errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
+        if len(errors) > MAX_ERRORS:
+            more = len(errors) - MAX_ERRORS
+            errors = [*errors[:MAX_ERRORS], ConfigError(None, (), f"... and {more} more error(s) not shown")]
         raise DesiredStateError(errors)
     assert state is not None
     return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)

@@ -74,8 +74,10 @@ def _hostlist_expr(expr: str) -> str:
 @lru_cache(maxsize=4096)
 def _node_names(expr: str) -> None:
     """Every name of a hostlist follows Slurm's NodeName rules (expansion bounded first; checked once per text)."""
-    for name in hostlist.expand(expr):  # raises HostlistError (a ValueError) with the reason
-        netnames.node_name(name)
+    hostlist.expand(expr)  # raises HostlistError (a ValueError) with the reason
+    for item in hostlist.split_top_level(expr.strip()):
+        # the names of an item differ only in the digits of its groups: its longest name stands for them all
+        netnames.node_name(hostlist.longest_name(item))
 
 
 _SshHost = Annotated[str, AfterValidator(netnames.host_template)]
