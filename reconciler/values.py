@@ -79,6 +79,20 @@ def no_control_chars(text: str, allow: str = "") -> str:
     return text
 
 
+def visible(text: str, keep: str = "\n\t") -> str:
+    """TEXT for display: control, format and invisible characters (ESC, bidi overrides, line separators) shown
+    as `\\x1b` / `\\u202e`, so text read from a node cannot drive a terminal or hide itself in a report."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in keep or ch == " " or unicodedata.category(ch) not in _INVISIBLE:
+            out.append(ch)
+        else:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+    return "".join(out)
+
+
 def multiline_text(text: str) -> str:
     """Multi-line text (file content): newlines and tabs allowed, other control characters refused."""
     return no_control_chars(text, allow=MULTILINE_OK)

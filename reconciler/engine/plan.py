@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from reconciler.engine import followups as followup_text
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op
+from reconciler.values import visible
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
 CHANGING: tuple[Action, ...] = ("create", "update", "delete")
@@ -31,6 +32,12 @@ class Change(BaseModel):
     followups: list[FollowUp] = Field(default_factory=list, description="What must follow when this changes")
     scope: Literal["node", "cluster"] = Field(default="node", description="cluster: must be the same everywhere "
                                               "(goes out to every node in one gated wave); node: may go in waves")
+
+    @field_validator("summary", "diff")
+    @classmethod
+    def _shown_safely(cls, value: str | None) -> str | None:
+        """Summaries and diffs carry text read from nodes: no escape sequence or bidi override reaches a report."""
+        return None if value is None else visible(value)
 
     @property
     def changing(self) -> bool:
