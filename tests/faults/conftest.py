@@ -13,7 +13,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.daemon.harness import GitRemote
+from tests.engine.testbed_state import write_state
+from tests.faults.bed import COMPUTES, FaultBed, payload_yaml
 from tests.faults.record import FaultTally
+from tests.testbed_fixture import Testbed
 
 DEFAULT_SEED = 22
 
@@ -55,3 +59,16 @@ def tally(fault_seed: int) -> Iterator[Callable[[str], FaultTally]]:
     for one in made:
         one.write()
 
+
+
+@pytest.fixture(scope="package")
+def fbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> FaultBed:
+    """A bare 3-compute testbed converged once by `reconciler apply`, with its desired state also in Git."""
+    testbed = testbed_factory(nodes=len(COMPUTES), bare=True)
+    desired = write_state(tmp_path_factory.mktemp("desired"), name="rtflt", state_dir=testbed.state_dir,
+                          subnet=testbed.subnet, computes="gpu[01-03]")
+    (desired / "faults.yaml").write_text(payload_yaml(0))
+    root = tmp_path_factory.mktemp("faults")
+    bed = FaultBed(testbed, desired, GitRemote.create(root, desired), root)
+    assert bed.converge(timeout=300) is not None, "the fault testbed did not converge"
+    return bed
