@@ -8,13 +8,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from reconciler import notify
+from reconciler import clock, notify
 from reconciler.backend.base import Transport
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
@@ -103,7 +103,10 @@ class Reconciler:
         """
         if self.state.retry_at and now >= self.state.retry_at:
             return True
-        return now - self.state.last_reconcile >= self.config.seconds("drift_interval")
+        since = now - self.state.last_reconcile
+        # A clock set back makes `since` negative: reconcile now and start the interval again from the new clock
+        # (waiting for the old time to come back would stop drift checks for as long as the jump).
+        return since < 0 or since >= self.config.seconds("drift_interval")
 
     def _prs_due(self, now: float) -> bool:
         forge = self.config.forge
@@ -111,7 +114,7 @@ class Reconciler:
 
     def next_wake(self, now: float) -> float:
         """Seconds until the next drift check or retry."""
-        times = [self.state.last_reconcile + self.config.seconds("drift_interval")]
+        times = [min(self.state.last_reconcile, now) + self.config.seconds("drift_interval")]
         if self.state.retry_at:
             times.append(self.state.retry_at)
         return max(0.0, min(times) - now)
@@ -121,13 +124,12 @@ class Reconciler:
         if self.last_state is None or not (self.last_state.checks.node or self.last_state.checks.nccl):
             return []
         from reconciler.checks import store as check_store
-        from reconciler.checks.results import utcnow
         from reconciler.checks.schedule import due_checks
 
         last = check_store.last_started((store or self.store).conn)
         for name, when in self.check_attempts.items():  # a check that recorded nothing is not retried at once
             last[name] = max(last.get(name, when), when)
-        return due_checks(self.last_state, last, utcnow())
+        return due_checks(self.last_state, last, clock.utcnow())
 
     def _resolve_git(self) -> tuple[Target | None, bool]:
         """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
@@ -135,7 +137,7 @@ class Reconciler:
         fetched = self.source.fetch()
         if fetched.error:
             self.log.warning("source.fetch_failed", error=fetched.error, keeping=self.state.good)
-            self.store.set("source_error", {"error": fetched.error, "at": time.time()})
+            self.store.set("source_error", {"error": fetched.error, "at": clock.wall()})
         else:
             self.store.set("source_error", None)
         self._watch_source(fetched.error)
@@ -259,7 +261,7 @@ class Reconciler:
             target = self._target_of(self.state.applied) if self.state.applied else None
             if target is None:
                 return None
-        now = time.time()
+        now = clock.wall()
         pending = target.commit != self.state.applied
         if not (force or new or pending and not self.state.retry_at or self.due(now)):
             return None
@@ -273,7 +275,7 @@ class Reconciler:
         run_id = _run_id()
         log = self.log.bind(run_id=run_id, commit=target.commit[:12])
         structlog.contextvars.bind_contextvars(run_id=run_id, commit=target.commit[:12])
-        started = time.time()
+        started = clock.wall()
         self.store.start_run(run_id, trigger, self.config.mode, target.commit, target.subject)
         log.info("run.start", trigger=trigger, mode=self.config.mode, subject=target.subject)
         outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
@@ -341,14 +343,14 @@ class Reconciler:
             leases.close()  # persistent sessions stay open; fresh ones (ssh_idle_timeout 0, --once) are closed
             structlog.contextvars.unbind_contextvars("run_id", "commit")
             self._count_connects()
-        duration = time.time() - started
+        duration = clock.wall() - started
         self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
         self.metrics.duration.labels(mode=self.config.mode).observe(duration)
         self.metrics.runs.labels(outcome=outcome).inc()
-        self.metrics.last_run.set(time.time())
+        self.metrics.last_run.set(clock.wall())
         if outcome in ("applied", "in-sync", "drift"):
-            self.metrics.last_success.set(time.time())
-        self.state.last_reconcile = time.time()
+            self.metrics.last_success.set(clock.wall())
+        self.state.last_reconcile = clock.wall()
         log.info("run.end", outcome=outcome, changes=changes, applied=applied, seconds=round(duration, 2),
                  error=error)
         return outcome
@@ -381,7 +383,7 @@ class Reconciler:
         if names is None or names:
             self.run_checks(run.transport, target.loaded, names, "after-apply" if names is None else "schedule",
                             self.store, self.stop.is_set)
-        if applied == 0 and self._prs_due(time.time()):
+        if applied == 0 and self._prs_due(clock.wall()):
             assert self.source is not None
             self.report_prs(self.source.repo, target.loaded, run.ctx.facts, self.store, log)
 
@@ -402,7 +404,7 @@ class Reconciler:
             return
         log = self.log.bind(commit=(loaded.commit or "")[:12])
         log.info("checks.start", reason=why, checks=names or "all")
-        now = datetime.now(UTC)
+        now = clock.utcnow()
         attempted = names or [c.name for c in state.checks.node] + [c.name for c in state.checks.nccl]
         for name in attempted:
             self.check_attempts[name] = now
@@ -436,7 +438,7 @@ class Reconciler:
         if error or not nodes:
             return
         drained = [{"node": n.name, "state": n.state, "reason": n.reason} for n in nodes.values() if n.drained]
-        (store or self.store).set(DRAINED_KEY, {"at": time.time(), "nodes": sorted(drained, key=lambda d: d["node"])})
+        (store or self.store).set(DRAINED_KEY, {"at": clock.wall(), "nodes": sorted(drained, key=lambda d: d["node"])})
         self.metrics.set_drained({n.name: n.reason for n in nodes.values() if n.drained})
 
     def _refresh_drained(self, transport: Transport, state: DesiredState, store: Store) -> None:
@@ -455,7 +457,7 @@ class Reconciler:
 
         if self.config.forge is None or self.config.repository is None:
             return
-        self.last_pr_report = time.time()
+        self.last_pr_report = clock.wall()
         if self.forge is None:
             try:
                 self.forge = make_forge(self.config.forge)
@@ -492,7 +494,7 @@ class Reconciler:
                                self._apply_options(), StoreJournal(self.store),
                                log=lambda line: log.info("rollout.step", step=line),
                                on_event=lambda kind, data: self._rollout_event(kind, data, target))
-        started = time.time()
+        started = clock.wall()
         preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
         with self.gate.applying(preempt, self.stop):
             result = runner.run(plan)
@@ -508,7 +510,7 @@ class Reconciler:
         log.warning("rollout.recover", phase=journal.get("phase"), wave=int(journal.get("wave", 0)) + 1,
                     previous=journal.get("previous"))
         outcome, error, applied = "error", None, 0
-        started = time.time()
+        started = clock.wall()
         try:
             new = self._target_of(commit)
             old = self._target_of(journal["previous"]) if journal.get("previous") else None
@@ -533,7 +535,7 @@ class Reconciler:
             log.exception("rollout.recover_failed", error=error)
         self.store.finish_run(run_id, outcome, applied=applied, error=error)
         self.metrics.runs.labels(outcome=outcome).inc()
-        self.state.last_reconcile = time.time()
+        self.state.last_reconcile = clock.wall()
         return outcome
 
     def _finish_rollout(self, result: RolloutResult, run_id: str, started: float) -> None:
@@ -543,7 +545,7 @@ class Reconciler:
         self.metrics.rollout_wave.set(0)
         self.metrics.rollout_waves.set(0)
         if result.status in ("rolled-back", "rollback-failed") and result.commit:
-            self.store.mark_rolled_back(result.commit, {**rolled_back_record(result), "at": time.time(),
+            self.store.mark_rolled_back(result.commit, {**rolled_back_record(result), "at": clock.wall(),
                                                         "status": result.status})
             self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
             self._note_rollback_on_pr(result.commit, rolled_back_record(result))
@@ -650,7 +652,7 @@ class Reconciler:
             self.state.failed_commit = commit
             backoff = parse_duration(self.config.retry.initial) * 2 ** (self.state.failures - 1)
             delay = float(min(backoff, parse_duration(self.config.retry.max)))
-            self.state.retry_at = time.time() + delay
+            self.state.retry_at = clock.wall() + delay
             self.log.warning("run.retry_scheduled", commit=commit, attempt=self.state.failures, in_seconds=delay)
         elif outcome != "stopped":
             self.state.failures, self.state.retry_at, self.state.failed_commit = 0, 0.0, None
@@ -659,7 +661,7 @@ class Reconciler:
         self.applied_target = target
         self.state.applied = target.commit
         self.store.set("applied_commit", target.commit)
-        self.store.set("applied_at", time.time())
+        self.store.set("applied_at", clock.wall())
         self.metrics.set_commit(self.metrics.applied_commit, target.commit, target.subject)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.sessions import Sessions
-from reconciler.daemon.store import Store
+from reconciler.daemon.store import Store, recover_if_corrupt
 from reconciler.daemon.workers import Background
 from reconciler.loader import DesiredStateError
 from reconciler.notify import Notifier, NotifyConfigError
@@ -148,7 +149,19 @@ class Daemon:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         signal.signal(signal.SIGHUP, self._on_hup)
-        store = Store(self.config.state_path / "state.db")
+        try:
+            recovered = recover_if_corrupt(self.config.state_path / "state.db")
+            store = Store(self.config.state_path / "state.db")
+        except (sqlite3.Error, OSError) as exc:
+            self.log.error("state.unusable", error=f"{type(exc).__name__}: {exc}", state_dir=self.config.state_dir,
+                           hint="free space or fix permissions in the state directory; nothing was applied")
+            lock.close()
+            return 4
+        if recovered:
+            # The applied commit, drift, rolled-back marks and any rollout journal are gone with it: the daemon
+            # plans the branch head again (through the rollout's waves and gates) and says so everywhere.
+            self.log.error("state.corrupt_recovered", detail=recovered)
+            store.set("state_recovered", {"detail": recovered, "at": time.time()})
         interrupted = store.close_interrupted_runs()
         metrics = Metrics()
         server: Any = None
@@ -217,7 +230,13 @@ class Daemon:
                     watcher.consume()
                 if self.config.repository:
                     next_poll = time.monotonic() + self.config.seconds("poll_interval")
-                reconciler.cycle(trigger, force=first)
+                try:
+                    reconciler.cycle(trigger, force=first)
+                except (sqlite3.Error, OSError) as exc:  # e.g. the state directory's file system is full
+                    reconciler.log.error("state.write_failed", error=f"{type(exc).__name__}: {exc}",
+                                         state_dir=self.config.state_dir,
+                                         hint="nothing more is applied until the state database can be written")
+                    next_poll = time.monotonic() + self.config.seconds("poll_interval")
                 first = False
             if self.stop.is_set():
                 break

@@ -109,6 +109,37 @@ class DriftRecord:
     diff: str | None = None
 
 
+def recover_if_corrupt(path: Path) -> str | None:
+    """Move a state database that SQLite cannot read (garbage, truncated, malformed) aside, with its WAL files;
+    return what was done (None when it is sound or absent). The daemon then starts a fresh one and says so."""
+    if not path.exists():
+        return None
+    problem = None
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            verdict = conn.execute("PRAGMA quick_check").fetchone()
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if verdict is None or verdict[0] != "ok":
+                problem = f"integrity check: {verdict[0] if verdict else 'no answer'}"
+            elif path.stat().st_size > 0 and not tables[0]:
+                problem = "no tables"
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        problem = str(exc)
+    if problem is None:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    path.rename(aside)
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if extra.exists():
+            extra.rename(aside.with_name(aside.name + suffix))
+    return f"{path} was unreadable ({problem}): moved to {aside}; starting a fresh state database"
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """Open (and create) the state database in WAL mode."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,385 @@
+"""Daemon-side faults (issue 22): the Git remote, the state directory and database, SIGKILL, the clock.
+
+The daemon (`reconciler run`, real Git, real SQLite, the testbed's real Slurm) follows the fault bed's Git
+remote. Each fault is injected at seeded random points; after it ends the daemon must converge the cluster to
+the branch head without a payload file that is neither the old nor the new version, without killing a job, and
+without leaving a drain behind. Counted into the README table (tests/faults/record.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.backend.sshd_server import free_port
+from tests.daemon.harness import DaemonProcess, git, write_config
+from tests.faults.bed import COMPUTES, FaultBed, payload_yaml, wait_until
+from tests.faults.record import FaultTally
+
+pytestmark = pytest.mark.testbed
+
+
+class Daemons:
+    """Daemons on the fault bed's remote, each with its own state directory; all killed at the end."""
+
+    def __init__(self, bed: FaultBed) -> None:
+        self.bed = bed
+        self.started: list[DaemonProcess] = []
+        self.count = 0
+
+    def start(self, state_dir: Path | None = None, env: dict[str, str] | None = None, **config: Any) -> DaemonProcess:
+        """`reconciler run` in enforce mode, polling every second."""
+        self.count += 1
+        state_dir = state_dir or self.bed.root / f"dstate{self.count}"
+        values: dict[str, Any] = {"repository": {"url": str(self.bed.remote.bare), "branch": "main"},
+                                  "mode": "enforce", "poll_interval": "1s", "drift_interval": "10m",
+                                  "state_dir": str(state_dir), "metrics_listen": f"127.0.0.1:{free_port()}",
+                                  "log_format": "json", "retry": {"initial": "1s", "max": "3s"}}
+        values.update(config)
+        path = write_config(self.bed.root / f"dconfig{self.count}.yaml", **values)
+        daemon = DaemonProcess(config=path, state_dir=state_dir, log_path=self.bed.root / f"daemon{self.count}.log",
+                               env=env or {}).start()
+        self.started.append(daemon)
+        return daemon
+
+    def restart(self, daemon: DaemonProcess) -> DaemonProcess:
+        """The same daemon (config, state, log) started again."""
+        again = DaemonProcess(config=daemon.config, state_dir=daemon.state_dir, log_path=daemon.log_path,
+                              env=daemon.env).start()
+        self.started.append(again)
+        return again
+
+
+@pytest.fixture
+def daemons(fbed: FaultBed) -> Iterator[Daemons]:
+    """A daemon factory whose daemons are killed when the test ends (the next test starts from a clean slate)."""
+    made = Daemons(fbed)
+    yield made
+    for daemon in made.started:
+        daemon.kill()
+
+
+def push_version(bed: FaultBed, edit_cluster: bool = False, extra: dict[str, str] | None = None) -> str:
+    """Bump the payload, copy the desired state into the remote's clone, commit and push; the commit."""
+    bed.bump(edit_cluster)
+    for name in ("faults.yaml", "cluster.yaml"):
+        shutil.copy(bed.desired / name, bed.remote.work / name)
+    for name, text in (extra or {}).items():
+        (bed.remote.work / name).write_text(text)
+    git(bed.remote.work, "add", "-A")
+    git(bed.remote.work, "commit", "-qm", f"payload {bed.version}")
+    git(bed.remote.work, "push", "-q", "-f", "origin", "HEAD:main")
+    return bed.remote.head()
+
+
+def alive(daemon: DaemonProcess) -> bool:
+    """The daemon process still runs."""
+    return daemon.proc is not None and daemon.proc.poll() is None
+
+
+def events(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:
+    """The daemon's JSON log events called NAME."""
+    return [e for e in daemon.events() if e.get("event") == name]
+
+
+def converged(bed: FaultBed, daemon: DaemonProcess, commit: str, timeout: float = 120) -> float | None:
+    """Seconds until the daemon reports COMMIT applied and every node holds the current payload; None if not."""
+    started = time.monotonic()
+    ok = wait_until(lambda: daemon.status().get("applied_commit") == commit
+                    and bed.versions() == dict.fromkeys(COMPUTES, bed.version), timeout, step=0.5)
+    return time.monotonic() - started if ok else None
+
+
+def baseline(bed: FaultBed, daemons: Daemons) -> tuple[DaemonProcess, str]:
+    """A daemon that has applied a fresh head (the starting point of a fault test)."""
+    bed.start_sentinels(COMPUTES)
+    commit = push_version(bed)
+    daemon = daemons.start()
+    assert converged(bed, daemon, commit, 180) is not None, daemon.log_tail()
+    return daemon, commit
+
+
+def _assert_clean(tally: FaultTally) -> None:
+    assert tally.injected > 0
+    assert tally.torn_files == 0, tally
+    assert tally.jobs_killed == 0, tally
+    assert tally.recovered == tally.injected, tally
+
+
+# ---------------------------------------------------------------- the Git remote
+
+
+def test_git_remote_unreachable_then_back(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                                          repeats: Callable[[int, int], int],
+                                          tally: Callable[[str], FaultTally]) -> None:
+    """The remote's path gone for a few seconds: fetch failures are logged, the daemon keeps the cluster as it
+    is and keeps running; once the remote is back, a new commit is applied."""
+    record = tally("Git remote unreachable")
+    daemon, _ = baseline(fbed, daemons)
+    away = fbed.remote.bare.with_name("remote.git.away")
+    for _ in range(repeats(1, 10)):
+        before = fbed.versions()
+        fbed.remote.bare.rename(away)
+        try:
+            time.sleep(rng.uniform(2.0, 4.0))
+            assert alive(daemon) and fbed.versions() == before
+        finally:
+            away.rename(fbed.remote.bare)
+        ended = time.monotonic()
+        commit = push_version(fbed)
+        seconds = converged(fbed, daemon, commit)
+        record.injection(seconds is not None and alive(daemon), None if seconds is None else time.monotonic() - ended,
+                         fbed.torn({fbed.version}), fbed.killed(COMPUTES))
+    assert events(daemon, "source.fetch_failed") or "fetch" in daemon.log_tail(200)
+    _assert_clean(record)
+
+
+def test_git_remote_returning_garbage(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                                      repeats: Callable[[int, int], int],
+                                      tally: Callable[[str], FaultTally]) -> None:
+    """The remote's branch ref and objects overwritten with garbage: fetches fail, nothing is applied, the
+    daemon runs on; the repository restored, the next commit is applied."""
+    record = tally("Git remote returning garbage")
+    daemon, _ = baseline(fbed, daemons)
+    for _ in range(repeats(1, 10)):
+        saved = fbed.root / "remote.saved"
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(fbed.remote.bare, saved)
+        before = fbed.versions()
+        ref = fbed.remote.bare / "refs" / "heads" / "main"
+        ref.write_bytes(os.urandom(40).hex().encode()[:40] + b"\n")  # a ref to an object that does not exist
+        for pack in (fbed.remote.bare / "objects" / "pack").glob("*.pack"):
+            pack.chmod(0o644)
+            pack.write_bytes(os.urandom(4096))
+        time.sleep(rng.uniform(2.0, 4.0))
+        assert alive(daemon) and fbed.versions() == before
+        shutil.rmtree(fbed.remote.bare)
+        shutil.copytree(saved, fbed.remote.bare)
+        ended = time.monotonic()
+        commit = push_version(fbed)
+        seconds = converged(fbed, daemon, commit)
+        record.injection(seconds is not None and alive(daemon), None if seconds is None else time.monotonic() - ended,
+                         fbed.torn({fbed.version}), fbed.killed(COMPUTES))
+    _assert_clean(record)
+
+
+def test_force_push_to_an_older_commit(fbed: FaultBed, daemons: Daemons, repeats: Callable[[int, int], int],
+                                       tally: Callable[[str], FaultTally]) -> None:
+    """The branch force-pushed back to an older commit is the desired state (a revert by history rewrite): the
+    daemon applies it, like any new head, every node getting the older payload whole; pushed forward again,
+    the newer one."""
+    record = tally("force-push to an older commit")
+    daemon, _ = baseline(fbed, daemons)
+    for _ in range(repeats(1, 10)):
+        older_version, older = fbed.version, fbed.remote.head()
+        push_version(fbed)
+        newer_version = fbed.version
+        assert converged(fbed, daemon, fbed.remote.head()) is not None
+        git(fbed.remote.work, "push", "-q", "-f", "origin", f"{older}:main")
+        git(fbed.remote.work, "reset", "-q", "--hard", older)
+        started = time.monotonic()
+        ok = wait_until(lambda v=older_version: fbed.versions() == dict.fromkeys(COMPUTES, v), 120)
+        torn = fbed.torn({older_version, newer_version})
+        fbed.version = older_version
+        (fbed.desired / "faults.yaml").write_text(payload_yaml(older_version))
+        record.injection(ok and daemon.status().get("applied_commit") == older, time.monotonic() - started, torn,
+                         fbed.killed(COMPUTES))
+    _assert_clean(record)
+
+
+def test_commit_with_a_50_mb_file(fbed: FaultBed, daemons: Daemons, repeats: Callable[[int, int], int],
+                                  tally: Callable[[str], FaultTally]) -> None:
+    """A commit adding a 50 MB YAML file: fetched, refused as over the file limit (the commit is invalid, the
+    cluster stays on the last good commit); the next commit without it is applied."""
+    record = tally("commit with a 50 MB file")
+    daemon, good = baseline(fbed, daemons)
+    for _ in range(repeats(1, 3)):
+        before = fbed.versions()
+        big = "x: |\n" + ("  " + "y" * 98 + "\n") * 500_000
+        git(fbed.remote.work, "rm", "-q", "--ignore-unmatch", "big.yaml")
+        bad = push_version(fbed, extra={"big.yaml": big})
+        started = time.monotonic()
+        assert wait_until(lambda bad=bad: (daemon.status().get("head") or {}).get("commit") == bad
+                          or any(bad[:12] in json.dumps(e) for e in events(daemon, "commit.invalid")), 120), \
+            daemon.log_tail()
+        held = fbed.versions() == before and daemon.status().get("applied_commit") == good
+        (fbed.remote.work / "big.yaml").unlink()
+        fbed.version -= 1
+        commit = push_version(fbed)
+        seconds = converged(fbed, daemon, commit)
+        record.injection(held and seconds is not None and alive(daemon), time.monotonic() - started,
+                         fbed.torn({fbed.version}), fbed.killed(COMPUTES))
+        good = commit
+    _assert_clean(record)
+
+
+# ---------------------------------------------------------------- the state directory
+
+
+def test_state_directory_full(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                              repeats: Callable[[int, int], int],
+                              tally: Callable[[str], FaultTally]) -> None:
+    """The state directory on a small file system filled up: the daemon says so and runs on (no crash loop), the
+    database stays sound; with space freed, the pending commit is applied."""
+    record = tally("state directory on a full file system")
+    state = fbed.root / "fullstate"
+    state.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(state)], check=True)
+    try:
+        fbed.start_sentinels(COMPUTES)
+        daemon = daemons.start(state_dir=state)
+        first = push_version(fbed)
+        assert converged(fbed, daemon, first, 180) is not None, daemon.log_tail()
+        for _ in range(repeats(1, 10)):
+            filler = state / "filler"
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+            commit = push_version(fbed)
+            assert wait_until(lambda: events(daemon, "state.write_failed"), 60), daemon.log_tail()
+            time.sleep(rng.uniform(0.5, 2.0))
+            assert alive(daemon)
+            filler.unlink()
+            ended = time.monotonic()
+            seconds = converged(fbed, daemon, commit)
+            sound = sqlite3.connect(str(state / "state.db")).execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            record.injection(seconds is not None and sound and alive(daemon),
+                             None if seconds is None else time.monotonic() - ended,
+                             fbed.torn({fbed.version}), fbed.killed(COMPUTES))
+    finally:
+        for daemon in daemons.started:
+            daemon.kill()
+        subprocess.run(["umount", "-l", str(state)], check=False)
+    _assert_clean(record)
+
+
+CORRUPTIONS: dict[str, Callable[[Path], None]] = {
+    "garbage": lambda path: path.write_bytes(os.urandom(path.stat().st_size or 8192)),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "zero length": lambda path: path.write_bytes(b""),
+}
+
+
+def test_state_db_corrupted_between_runs(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                                         repeats: Callable[[int, int], int],
+                                         tally: Callable[[str], FaultTally]) -> None:
+    """state.db replaced by garbage, truncated or emptied while the daemon is stopped: on start it says so (the bad
+    file moved aside), starts a fresh database, and keeps the cluster as it is (the head it plans is what the
+    nodes already hold: nothing is written)."""
+    record = tally("state.db truncated or corrupted between runs")
+    daemon, commit = baseline(fbed, daemons)
+    kinds = sorted(CORRUPTIONS)
+    for index in range(repeats(3, 12)):
+        kind = kinds[index % len(kinds)] if index < len(kinds) else rng.choice(kinds)
+        daemon.stop()
+        db = daemon.state_dir / "state.db"
+        for extra in daemon.state_dir.glob("state.db-*"):
+            extra.unlink()
+        mtimes = {n: fbed.exec(n, f"stat -c %Y {fbed_payload()}").stdout for n in COMPUTES}
+        CORRUPTIONS[kind](db)
+        daemon = daemons.restart(daemon)
+        ended = time.monotonic()
+        ok = wait_until(lambda d=daemon: d.status().get("applied_commit") == commit, 120)
+        said = bool(events(daemon, "state.corrupt_recovered")) or kind == "zero length"
+        kept = mtimes == {n: fbed.exec(n, f"stat -c %Y {fbed_payload()}").stdout for n in COMPUTES}
+        record.injection(ok and said and kept and alive(daemon), time.monotonic() - ended,
+                         fbed.torn({fbed.version}), fbed.killed(COMPUTES), note=kind)
+        assert said, (kind, daemon.log_tail())
+        assert kept, kind
+    assert list(daemon.state_dir.glob("state.db.corrupt-*"))
+    _assert_clean(record)
+
+
+def fbed_payload() -> str:
+    """The payload's path on the nodes."""
+    from tests.faults.bed import PAYLOAD
+
+    return PAYLOAD
+
+
+# ---------------------------------------------------------------- SIGKILL
+
+
+def test_daemon_sigkilled_at_random_points_of_an_apply(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                                                       repeats: Callable[[int, int], int],
+                                                       tally: Callable[[str], FaultTally]) -> None:
+    """A commit changing the payload and slurm.conf (a reconfigure follows): the daemon SIGKILLed at a random
+    moment after the push, then started again: it converges, no payload is torn, no job is killed, no drain
+    is left."""
+    record = tally("daemon SIGKILLed at random points of an apply")
+    daemon, _ = baseline(fbed, daemons)
+    for _ in range(repeats(3, 20)):
+        old = fbed.version
+        commit = push_version(fbed, edit_cluster=True)
+        time.sleep(rng.uniform(0.0, 4.0))
+        daemon.kill()
+        torn = fbed.torn({old, fbed.version})
+        ended = time.monotonic()
+        daemon = daemons.restart(daemon)
+        seconds = converged(fbed, daemon, commit)
+        drained = fbed.drained()
+        record.injection(seconds is not None and not drained, None if seconds is None else time.monotonic() - ended,
+                         torn + fbed.torn({fbed.version}), fbed.killed(COMPUTES),
+                         note=f"drained {drained}" if drained else "")
+    _assert_clean(record)
+
+
+# ---------------------------------------------------------------- the clock
+
+
+CHECKS = "checks:\n  node:\n    - name: alive\n      nodes: gpu[01-03]\n      interval: 4s\n      services: [munge]\n"
+
+
+def _counts(state_dir: Path) -> tuple[int, int]:
+    """(drift-check runs, node-check results) recorded so far."""
+    conn = sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True)
+    try:
+        runs = conn.execute("SELECT count(*) FROM runs WHERE trigger = 'drift-check'").fetchone()[0]
+        checks = conn.execute("SELECT count(DISTINCT started) FROM check_results").fetchone()[0]
+    finally:
+        conn.close()
+    return int(runs), int(checks)
+
+
+def test_clock_jumps_forwards_and_backwards(fbed: FaultBed, daemons: Daemons, repeats: Callable[[int, int], int],
+                                            tally: Callable[[str], FaultTally]) -> None:
+    """The daemon's wall clock set back an hour, then forward two (RECONCILER_CLOCK_OFFSET_FILE, this daemon
+    only): drift checks (every 3 s) and a node health check (every 4 s) neither stop nor fire in a storm."""
+    record = tally("clock jump forwards and backwards (login node)")
+    offset = fbed.root / "clock-offset"
+    offset.write_text("0")
+    fbed.start_sentinels(COMPUTES)
+    commit = push_version(fbed, extra={"checks.yaml": CHECKS})
+    daemon = daemons.start(env={"RECONCILER_CLOCK_OFFSET_FILE": str(offset)}, drift_interval="3s")
+    assert converged(fbed, daemon, commit, 180) is not None, daemon.log_tail()
+    window = 12.0
+
+    def rates() -> tuple[int, int]:
+        start = _counts(daemon.state_dir)
+        time.sleep(window)
+        end = _counts(daemon.state_dir)
+        return end[0] - start[0], end[1] - start[1]
+
+    normal = rates()
+    for jump in [-3600.0, 7200.0] * repeats(1, 5):
+        offset.write_text(str(float(offset.read_text()) + jump))
+        ended = time.monotonic()
+        drift, checks = rates()
+        steady = 1 <= drift <= normal[0] + 2 and 1 <= checks <= normal[1] + 2
+        record.injection(steady and alive(daemon), time.monotonic() - ended, fbed.torn({fbed.version}),
+                         fbed.killed(COMPUTES), note=f"jump {jump:+.0f}s: drift {drift}, checks {checks}, "
+                                                     f"normal {normal}")
+        assert steady, (jump, drift, checks, normal)
+    offset.write_text("0")
+    git(fbed.remote.work, "rm", "-q", "checks.yaml")
+    daemon.signal(signal.SIGTERM)
+    _assert_clean(record)
