@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
+
+from reconciler import clock
 
 CheckKind = Literal["node", "nccl"]
 
 
 def utcnow() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
+    """The current time, timezone-aware UTC (the daemon's clock: reconciler/clock.py)."""
+    return clock.utcnow()
 
 
 class CheckResult(BaseModel):

@@ -26,7 +26,9 @@ def is_due(schedule: str | None, last: datetime | None, now: datetime) -> bool:
         return True
     if schedule.startswith("daily "):
         return last < _daily_slot(schedule, now)
-    return now - last >= timedelta(seconds=parse_duration(schedule))
+    since = now - last
+    # a clock set back (last run "in the future"): run now rather than wait for the old time to come back
+    return since < timedelta(0) or since >= timedelta(seconds=parse_duration(schedule))
 
 
 def due_checks(state: DesiredState, last_run: Mapping[str, datetime], now: datetime) -> list[str]:

@@ -77,7 +77,6 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     from reconciler.daemon.loop import Reconciler
     from reconciler.daemon.metrics import Metrics
     from reconciler.daemon.process import LockedError, acquire_lock
-    from reconciler.daemon.store import Store
 
     logs.configure(config.log_format)
     try:
@@ -85,7 +84,7 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     except LockedError as exc:
         click.echo(f"error: {exc}", err=True)
         return 3
-    store = Store(config.state_path / "state.db")
+    store = _open_store(config.state_path / "state.db")
     try:
         store.close_interrupted_runs()
         reconciler = Reconciler(config, store, Metrics(), threading.Event(),
@@ -126,13 +125,26 @@ def _state_options(func: Any) -> Any:
     return func
 
 
+def _open_store(path: Path) -> Any:
+    """The state database, or a clear error when SQLite cannot read it (no traceback)."""
+    import sqlite3
+
+    from reconciler.daemon.store import Store
+
+    try:
+        return Store(path)
+    except sqlite3.DatabaseError as exc:
+        raise click.ClickException(f"{path}: the state database is unreadable ({exc}); the daemon moves it aside "
+                                   "and starts a fresh one at its next start") from None
+
+
 def status_data(state_dir: Path) -> dict[str, Any]:
     """Everything `reconciler status` shows, as a dict."""
-    from reconciler.daemon.store import JOURNAL_KEY, Store
+    from reconciler.daemon.store import JOURNAL_KEY
 
     if not (state_dir / "state.db").exists():
         raise click.ClickException(f"no daemon state in {state_dir} (has `reconciler run` started?)")
-    store = Store(state_dir / "state.db")
+    store = _open_store(state_dir / "state.db")
     try:
         last = store.last_run()
         data: dict[str, Any] = {
@@ -247,12 +259,11 @@ def timeline_lines(record: dict[str, Any]) -> list[str]:
 @click.option("-n", "limit", type=int, default=20, show_default=True, help="How many runs.")
 def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int) -> None:
     """List the most recent reconcile runs."""
-    from reconciler.daemon.store import Store
 
     path = _state_dir(config_path, state_dir) / "state.db"
     if not path.exists():
         raise click.ClickException(f"no daemon state at {path}")
-    store = Store(path)
+    store = _open_store(path)
     try:
         runs = store.runs(limit)
         rollouts = {r["run_id"]: r for r in store.rollouts(limit)}
@@ -300,12 +311,11 @@ def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> 
 @click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config).")
 def rollout_retry(commit: str, config_path: str | None, state_dir: str | None) -> None:
     """Let the daemon try a rolled-back COMMIT (a prefix) again at its next cycle."""
-    from reconciler.daemon.store import Store
 
     path = _state_dir(config_path, state_dir) / "state.db"
     if not path.exists():
         raise click.ClickException(f"no daemon state at {path}")
-    store = Store(path)
+    store = _open_store(path)
     try:
         forgotten = store.retry_commit(commit)
     finally:
