@@ -158,6 +158,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "rollout_in_flight": store.get(JOURNAL_KEY),
             "last_rollout": next(iter(store.rollouts(1)), None),
             "rolled_back": store.rolled_back(),
+            "state_recovered": store.get("state_recovered"),
         }
     finally:
         store.close()
@@ -209,6 +210,10 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
         click.echo(f"  {check['node']}  {check['check']}: {check['message']}")
     for line in rollout_lines(data):
         click.echo(line)
+    if data.get("state_recovered"):
+        recovered = data["state_recovered"]
+        click.echo(f"state database: recovered {_when(recovered['at'])}: {recovered['detail']} (history, drift "
+                   "and rolled-back marks from before are in the file moved aside)")
 
 
 def rollout_lines(data: dict[str, Any]) -> list[str]:

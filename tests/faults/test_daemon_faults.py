@@ -298,6 +298,8 @@ def test_state_db_corrupted_between_runs(fbed: FaultBed, daemons: Daemons, rng: 
                          fbed.torn({fbed.version}), fbed.killed(COMPUTES), note=kind)
         assert said, (kind, daemon.log_tail())
         assert kept, kind
+        if kind != "zero length":
+            assert "moved to" in str(daemon.status().get("state_recovered")), daemon.status()
     assert list(daemon.state_dir.glob("state.db.corrupt-*"))
     _assert_clean(record)
 
@@ -333,6 +335,36 @@ def test_daemon_sigkilled_at_random_points_of_an_apply(fbed: FaultBed, daemons: 
         record.injection(seconds is not None and not drained, None if seconds is None else time.monotonic() - ended,
                          torn + fbed.torn({fbed.version}), fbed.killed(COMPUTES),
                          note=f"drained {drained}" if drained else "")
+    _assert_clean(record)
+
+
+def test_node_rebooted_while_the_fact_agent_runs(fbed: FaultBed, daemons: Daemons, rng: random.Random,
+                                                 repeats: Callable[[int, int], int],
+                                                 tally: Callable[[str], FaultTally]) -> None:
+    """The daemon's drift checks ask each node's fact agent every 2 s over a kept session; a node "reboots"
+    (every process but its init killed; supervisord starts sshd, munged, slurmd again) at a random moment:
+    the daemon reports it, starts a new agent once sshd is back, and applies the next commit everywhere."""
+    from tests.faults.test_node_faults import REBOOT
+
+    record = tally("node rebooted while the fact agent runs (daemon)")
+    daemon, _ = baseline(fbed, daemons)
+    daemon.stop()
+    daemon = daemons.start(drift_interval="2s")
+    assert wait_until(lambda: len(daemon.events()) > 0 and daemon.status().get("applied_commit"), 60)
+    for _ in range(repeats(1, 10)):
+        node = rng.choice(COMPUTES)
+        others = [n for n in COMPUTES if n != node]
+        fbed.start_sentinels(others)
+        time.sleep(rng.uniform(0.0, 2.0))
+        fbed.exec(node, REBOOT)
+        assert wait_until(lambda node=node: fbed.exec(node, "pgrep -x sshd && pgrep -x slurmd").returncode == 0, 60)
+        ended = time.monotonic()
+        fbed.exec("ctl", f"scontrol update nodename={node} state=resume", check=False)
+        commit = push_version(fbed)
+        seconds = converged(fbed, daemon, commit)
+        record.injection(seconds is not None and alive(daemon), None if seconds is None else time.monotonic() - ended,
+                         fbed.torn({fbed.version}), fbed.killed(others), note=node)
+        fbed.jobs.pop(node, None)
     _assert_clean(record)
 
 

@@ -170,7 +170,7 @@ def test_node_rebooted_while_facts_are_gathered(fbed: FaultBed, rng: random.Rand
     """Every process of a node but its init killed (a reboot: supervisord starts sshd, munged, slurmd again)
     while the apply gathers facts and writes: the others converge, the node converges after it is back, and
     the sentinel jobs on the other nodes still run (the rebooted node's own job is lost, as on a real reboot)."""
-    record = tally("node rebooted while facts are gathered")
+    record = tally("node rebooted during an apply (CLI)")
     for _ in range(repeats(1, 10)):
         node = rng.choice(COMPUTES)
         others = [n for n in COMPUTES if n != node]

@@ -9,6 +9,7 @@ token would read (`shlex.quote` leaves it as is), and a node name holds no '/' a
 from __future__ import annotations
 
 import shlex
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,40 @@ FIELDS: dict[str, tuple[Callable[[str, str], str], str]] = {
                                                       f"{v}\n", 1), "nodes[0].proxy_jump"),
     "nodes.name": (lambda text, v: text.replace("nodes:\n", f"nodes:\n  - name: {v}\n", 1), "nodes[0].name"),
 }
+
+
+# Fields that reach a shell or a path on the nodes, in a file of their own (zz-extra.yaml).
+EXTRA: dict[str, tuple[Callable[[str], str], str, Callable[[str], bool]]] = {
+    "files.path": (lambda v: f"files:\n  - path: {v}\n    nodes: gpu01\n    content: x\n", "files[0].path",
+                   lambda v: v.startswith("/") and ".." not in v.split("/") and "//" not in v
+                   and not any(ord(c) < 32 for c in v)),
+    "files.owner": (lambda v: f"files:\n  - path: /etc/x\n    nodes: gpu01\n    owner: {v}\n    content: x\n",
+                    "files[0].owner", lambda v: _inert(v)),
+    "services.name": (lambda v: f"services:\n  - name: {v}\n    nodes: gpu01\n", "services[0].name",
+                      lambda v: _inert(v)),
+    "images.import_on": (lambda v: f"images:\n  - path: /srv/shared/images/x.sqsh\n    import_on: {v}\n",
+                         "images[1].import_on", lambda v: _inert(v)),
+}
+
+
+@pytest.mark.parametrize("field", sorted(EXTRA))
+@given(value=HOSTILE)
+def test_shell_and_path_fields_are_refused_or_inert(base: Path, field: str, value: str) -> None:
+    """Generated strings in fields that reach a shell or a path: refused at their file:line, or safe there."""
+    put, key_path, safe = EXTRA[field]
+    with tempfile.TemporaryDirectory() as tmp:
+        desired = Path(tmp) / "d"
+        shutil.copytree(base, desired)
+        (desired / "zz-extra.yaml").write_text(put(_quoted(value)))
+        try:
+            load_dir(desired)
+        except DesiredStateError as exc:
+            if any(e.key_path() == key_path and e.location is not None and e.location.file == "zz-extra.yaml"
+                   for e in exc.errors):
+                return
+            accepted_here = not any(e.key_path() == key_path for e in exc.errors)
+            assert accepted_here, [str(e) for e in exc.errors]
+        assert safe(value), f"{field}: {value!r} accepted"
 
 
 @pytest.fixture(scope="module")
