@@ -237,6 +237,10 @@ class Daemon:
                                          state_dir=self.config.state_dir,
                                          hint="nothing more is applied until the state database can be written")
                     next_poll = time.monotonic() + self.config.seconds("poll_interval")
+                except Exception as exc:  # noqa: BLE001 - e.g. the Git checkout in a full state directory
+                    reconciler.log.exception("cycle.error", error=f"{type(exc).__name__}: {str(exc)[:500]}",
+                                             hint="nothing was applied this cycle; the next poll tries again")
+                    next_poll = time.monotonic() + self.config.seconds("poll_interval")
                 first = False
             if self.stop.is_set():
                 break

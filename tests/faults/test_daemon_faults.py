@@ -243,9 +243,11 @@ def test_state_directory_full(fbed: FaultBed, daemons: Daemons, rng: random.Rand
         assert converged(fbed, daemon, first, 180) is not None, daemon.log_tail()
         for _ in range(repeats(1, 10)):
             filler = state / "filler"
+            said = len(events(daemon, "state.write_failed") + events(daemon, "cycle.error"))
             subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
             commit = push_version(fbed)
-            assert wait_until(lambda: events(daemon, "state.write_failed"), 60), daemon.log_tail()
+            assert wait_until(lambda n=said: len(events(daemon, "state.write_failed") + events(daemon, "cycle.error"))
+                              > n, 60), daemon.log_tail()
             time.sleep(rng.uniform(0.5, 2.0))
             assert alive(daemon)
             filler.unlink()
