@@ -23,7 +23,7 @@ _MAX_RANGE = 64 * 1024  # Slurm's MAX_RANGE: "Too many hosts in range"
 _TRAILING_NUMBER = re.compile(r"^(.*?\D|)\d+$")
 _GROUP_TERM = re.compile(r"^(\d+)(?:-(\d+))?$")
 MAX_EXPRESSION = 65_536  # names one expression may expand to (a cluster of more nodes is not a Slurm cluster)
-MAX_TOTAL = 1_000_000  # names all distinct expressions of one desired state may expand to, together
+MAX_TOTAL = 500_000  # names all distinct expressions of one desired state may expand to, together
 _CACHE_NAMES = 2_000_000  # names the expansion cache may hold in all: hostile expressions cannot fill memory
 
 

@@ -25,11 +25,11 @@ class LoadLimits:
     """Bounds on what one YAML file may cost to load (issue 13): a file over them is refused with file:line.
 
     Defaults come from the environment (RECONCILER_YAML_MAX_FILE_BYTES, RECONCILER_YAML_MAX_ALIAS_EXPANSIONS,
-    RECONCILER_YAML_MAX_DEPTH), else 1 MB, 5,000 and 64 (a file of 1 MB
-    loads in about a second).
+    RECONCILER_YAML_MAX_DEPTH), else 512 KB, 5,000 and 64 (a file of 512 KB
+    loads well within a second: bench --sections hostile).
     """
 
-    max_file_bytes: int = 1_000_000
+    max_file_bytes: int = 512_000
     max_alias_expansions: int = 5_000  # nodes an alias brings in, counted as if every alias were copied out
     max_depth: int = 64  # nested mappings and sequences
 

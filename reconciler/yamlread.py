@@ -66,9 +66,16 @@ _SCALARS = _safe()
 _IMPLICIT: dict[Any, list[tuple[str, Any]]] = _SCALARS.resolver.versioned_resolver  # first char -> resolvers
 
 
+_BY_FIRST: dict[str, tuple[tuple[str, Any], ...]] = {}
+
+
 def _implicit_tag(value: str) -> str:
     """The tag YAML 1.2's core schema gives a plain scalar (what ruamel's resolver says, without its overhead)."""
-    for tag, regexp in _IMPLICIT.get(value[:1] if value else "", []) + _IMPLICIT.get(None, []):
+    first = value[:1]
+    resolvers = _BY_FIRST.get(first)
+    if resolvers is None:
+        resolvers = _BY_FIRST[first] = tuple(_IMPLICIT.get(first or "", []) + _IMPLICIT.get(None, []))
+    for tag, regexp in resolvers:
         if regexp.match(value):
             return str(tag)
     return STR_TAG
@@ -202,11 +209,26 @@ class _Builder:
 PURE_RETRY_BYTES = 256_000  # libyaml refuses a few YAML 1.2 forms (`[/a:/b]`): re-read small files in Python
 
 
+def _events(yaml: YAML, text: str) -> Any:
+    """The parser's events; with libyaml, straight from its parser (ruamel's generator around it costs a third)."""
+    if yaml.Parser is not None and yaml.Parser.__name__ == "CParser":
+        parser = yaml.Parser(text)
+        get = parser.get_event
+        while True:
+            event = get()
+            if event is None:
+                return
+            yield event
+            if type(event).__name__ == "StreamEndEvent":
+                return
+    yield from yaml.parse(text)
+
+
 def _build(text: str, bounds: Bounds, yaml: YAML) -> tuple[Any, dict[KeyPath, tuple[int, int]]]:
     builder = _Builder(bounds)
     document: Any = None
     documents = 0
-    events = iter(yaml.parse(text))
+    events = _events(yaml, text)
     for event in events:
         if isinstance(event, DocumentStartEvent):
             documents += 1

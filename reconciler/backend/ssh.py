@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import select
 import threading
@@ -39,6 +40,11 @@ from reconciler.inventory import NodeSpec
 from reconciler.model import SSHDefaults
 
 KEEPALIVE_SECONDS = 30
+
+# paramiko's transport thread logs a failed handshake (an sshd killed, a peer hanging up before its banner) at
+# ERROR with its traceback; with no handler configured, Python's last-resort handler printed that traceback on the
+# CLI's and the daemon's stderr. The failure reaches the caller as a one-line reason naming the node (explain()).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class ConnectError(Exception):
@@ -657,6 +663,8 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
     if isinstance(exc, TimeoutError):
         return f"connect to {_where(cxn)} timed out after {connect_timeout:g}s"
     if isinstance(exc, paramiko.SSHException) and not _banner_seen(cxn):
+        if isinstance(exc.__context__, EOFError):  # the peer hung up: not a timeout (sshd killed or refusing)
+            return f"connect to {_where(cxn)}: the connection was closed before the SSH banner"
         detail = "" if str(exc) == "No existing session" else f" ({_reason(exc)})"
         return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s{detail}"
     if isinstance(exc, NoValidConnectionsError):

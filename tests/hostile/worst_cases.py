@@ -40,8 +40,8 @@ def worst_case(shape: str, limit: int | None = None) -> str:
     if shape == "tag-at-end":
         return text[: text.rfind("\n  - ", 0, limit - 200)] + "\nx: !!python/tuple []\n"
     if len(text) > limit:
-        cut = text.rfind("\n  - ", 0, limit - 100)
-        text = text[: cut + 1]
+        marker = "\n  - " if "\n  - " in text else "\n"  # cut between list items, or between lines
+        text = text[: text.rfind(marker, 0, limit - 100) + 1]
     return text
 
 
