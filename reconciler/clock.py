@@ -1,8 +1,10 @@
-"""The wall clock the daemon's schedules read (drift interval, retries, health-check schedules, timestamps).
+"""The daemon's wall clock: timestamps (runs, check results, status) and daily check slots.
 
-It is `time.time()`. Tests of clock jumps (tests/faults) set RECONCILER_CLOCK_OFFSET_FILE to a file holding
-seconds to add, so that one daemon sees its clock jump without touching the machine's clock; unset (always,
-in production) the file is never read.
+It is `time.time()`. Intervals (drift interval, retry backoff, interval health checks, PR reports, durations)
+are measured on `time.monotonic()` instead, so a wall clock stepped back or forward neither stops them nor
+fires them at once. Tests of clock jumps (tests/faults) set RECONCILER_CLOCK_OFFSET_FILE to a file holding
+seconds to add, so that one daemon sees its wall clock jump without touching the machine's clock; unset
+(always, in production) the file is never read.
 """
 
 from __future__ import annotations

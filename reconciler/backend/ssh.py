@@ -663,7 +663,9 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
     if isinstance(exc, TimeoutError):
         return f"connect to {_where(cxn)} timed out after {connect_timeout:g}s"
     if isinstance(exc, paramiko.SSHException) and not _banner_seen(cxn):
-        if isinstance(exc.__context__, EOFError):  # the peer hung up: not a timeout (sshd killed or refusing)
+        if isinstance(exc, paramiko.ProxyCommandFailure):  # its command ended: the far end hung up, no timeout
+            return f"connect to {_where(cxn)}: the connection was closed before the SSH banner ({_reason(exc)})"
+        if isinstance(exc.__context__, EOFError | ConnectionError):  # the peer hung up (FIN or RST): no timeout
             return f"connect to {_where(cxn)}: the connection was closed before the SSH banner"
         detail = "" if str(exc) == "No existing session" else f" ({_reason(exc)})"
         return f"connect to {_where(cxn)}: no SSH banner within {connect_timeout:g}s{detail}"

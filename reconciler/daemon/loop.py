@@ -56,9 +56,9 @@ class LoopState:
     seen_head: str | None = None
     good: str | None = None
     applied: str | None = None
-    last_reconcile: float = 0.0
+    last_reconcile: float | None = None  # time.monotonic() when the last run ended (None: none yet)
     failures: int = 0
-    retry_at: float = 0.0
+    retry_at: float = 0.0  # time.monotonic() of the next retry (0: none)
     failed_commit: str | None = None
     ran_checks_for: set[str] = field(default_factory=set)
     skipped: str | None = None  # a rolled-back commit already reported as skipped
@@ -80,7 +80,8 @@ class Reconciler:
         self.applied_target: Target | None = None  # the applied commit's desired state, what a rollback returns to
         self.check_target: LoadedState | None = None  # what the check worker checks: the last reconciled state
         self.check_attempts: dict[str, datetime] = {}
-        self.last_pr_report = 0.0
+        self.check_clock: dict[str, float] = {}  # check -> time.monotonic() when this process last started it
+        self.last_pr_report: float | None = None  # time.monotonic()
         self.forge: Any = None
         # SSH sessions: fresh per cycle unless the daemon gives persistent ones; workers: None in --once mode
         # (checks and PR reports then run inline after the cycle, as the one-shot always did).
@@ -97,24 +98,26 @@ class Reconciler:
     # ------------------------------------------------------------ what to reconcile
 
     def due(self, now: float) -> bool:
-        """True when the drift interval or a retry says a reconcile is due without a new commit.
+        """True when the drift interval or a retry says a reconcile is due without a new commit (NOW: monotonic).
 
+        Intervals are measured on time.monotonic(), never on the wall clock: a clock set back or forward (NTP
+        stepping it, an admin) neither stops drift checks for the length of the jump nor fires them at once.
         Health checks and PR reports have their own schedule in the workers (reconciler/daemon/workers.py).
         """
         if self.state.retry_at and now >= self.state.retry_at:
             return True
-        since = now - self.state.last_reconcile
-        # A clock set back makes `since` negative: reconcile now and start the interval again from the new clock
-        # (waiting for the old time to come back would stop drift checks for as long as the jump).
-        return since < 0 or since >= self.config.seconds("drift_interval")
+        last = self.state.last_reconcile
+        return last is None or now - last >= self.config.seconds("drift_interval")
 
     def _prs_due(self, now: float) -> bool:
         forge = self.config.forge
-        return bool(forge and self.source and now - self.last_pr_report >= parse_duration(forge.interval))
+        last = self.last_pr_report
+        return bool(forge and self.source and (last is None or now - last >= parse_duration(forge.interval)))
 
     def next_wake(self, now: float) -> float:
-        """Seconds until the next drift check or retry."""
-        times = [min(self.state.last_reconcile, now) + self.config.seconds("drift_interval")]
+        """Seconds until the next drift check or retry (NOW: time.monotonic())."""
+        last = self.state.last_reconcile
+        times = [now if last is None else last + self.config.seconds("drift_interval")]
         if self.state.retry_at:
             times.append(self.state.retry_at)
         return max(0.0, min(times) - now)
@@ -129,7 +132,9 @@ class Reconciler:
         last = check_store.last_started((store or self.store).conn)
         for name, when in self.check_attempts.items():  # a check that recorded nothing is not retried at once
             last[name] = max(last.get(name, when), when)
-        return due_checks(self.last_state, last, clock.utcnow())
+        now = time.monotonic()  # intervals since this process started a check: immune to wall-clock jumps
+        ago = {name: now - started for name, started in self.check_clock.items()}
+        return due_checks(self.last_state, last, clock.utcnow(), ago)
 
     def _resolve_git(self) -> tuple[Target | None, bool]:
         """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
@@ -261,7 +266,7 @@ class Reconciler:
             target = self._target_of(self.state.applied) if self.state.applied else None
             if target is None:
                 return None
-        now = clock.wall()
+        now = time.monotonic()
         pending = target.commit != self.state.applied
         if not (force or new or pending and not self.state.retry_at or self.due(now)):
             return None
@@ -275,7 +280,7 @@ class Reconciler:
         run_id = _run_id()
         log = self.log.bind(run_id=run_id, commit=target.commit[:12])
         structlog.contextvars.bind_contextvars(run_id=run_id, commit=target.commit[:12])
-        started = clock.wall()
+        started = time.monotonic()
         self.store.start_run(run_id, trigger, self.config.mode, target.commit, target.subject)
         log.info("run.start", trigger=trigger, mode=self.config.mode, subject=target.subject)
         outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
@@ -343,14 +348,14 @@ class Reconciler:
             leases.close()  # persistent sessions stay open; fresh ones (ssh_idle_timeout 0, --once) are closed
             structlog.contextvars.unbind_contextvars("run_id", "commit")
             self._count_connects()
-        duration = clock.wall() - started
+        duration = time.monotonic() - started
         self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
         self.metrics.duration.labels(mode=self.config.mode).observe(duration)
         self.metrics.runs.labels(outcome=outcome).inc()
         self.metrics.last_run.set(clock.wall())
         if outcome in ("applied", "in-sync", "drift"):
             self.metrics.last_success.set(clock.wall())
-        self.state.last_reconcile = clock.wall()
+        self.state.last_reconcile = time.monotonic()
         log.info("run.end", outcome=outcome, changes=changes, applied=applied, seconds=round(duration, 2),
                  error=error)
         return outcome
@@ -383,7 +388,7 @@ class Reconciler:
         if names is None or names:
             self.run_checks(run.transport, target.loaded, names, "after-apply" if names is None else "schedule",
                             self.store, self.stop.is_set)
-        if applied == 0 and self._prs_due(clock.wall()):
+        if applied == 0 and self._prs_due(time.monotonic()):
             assert self.source is not None
             self.report_prs(self.source.repo, target.loaded, run.ctx.facts, self.store, log)
 
@@ -408,6 +413,7 @@ class Reconciler:
         attempted = names or [c.name for c in state.checks.node] + [c.name for c in state.checks.nccl]
         for name in attempted:
             self.check_attempts[name] = now
+            self.check_clock[name] = time.monotonic()
         try:
             checked = check_run(loaded, transport, store.conn, names=names,
                                 log=lambda line: log.info("check.step", **_step_fields(line)),
@@ -416,6 +422,7 @@ class Reconciler:
         except ChecksCancelled:
             for name in attempted:  # nothing recorded: due again as soon as nothing stops them
                 self.check_attempts.pop(name, None)
+                self.check_clock.pop(name, None)
             log.info("checks.cancelled", reason="daemon stopping" if self.stop.is_set() else "apply")
             return
         except Exception as exc:  # noqa: BLE001 - a broken check must not stop reconciling
@@ -457,7 +464,7 @@ class Reconciler:
 
         if self.config.forge is None or self.config.repository is None:
             return
-        self.last_pr_report = clock.wall()
+        self.last_pr_report = time.monotonic()
         if self.forge is None:
             try:
                 self.forge = make_forge(self.config.forge)
@@ -535,7 +542,7 @@ class Reconciler:
             log.exception("rollout.recover_failed", error=error)
         self.store.finish_run(run_id, outcome, applied=applied, error=error)
         self.metrics.runs.labels(outcome=outcome).inc()
-        self.state.last_reconcile = clock.wall()
+        self.state.last_reconcile = time.monotonic()
         return outcome
 
     def _finish_rollout(self, result: RolloutResult, run_id: str, started: float) -> None:
@@ -652,7 +659,7 @@ class Reconciler:
             self.state.failed_commit = commit
             backoff = parse_duration(self.config.retry.initial) * 2 ** (self.state.failures - 1)
             delay = float(min(backoff, parse_duration(self.config.retry.max)))
-            self.state.retry_at = clock.wall() + delay
+            self.state.retry_at = time.monotonic() + delay
             self.log.warning("run.retry_scheduled", commit=commit, attempt=self.state.failures, in_seconds=delay)
         elif outcome != "stopped":
             self.state.failures, self.state.retry_at, self.state.failed_commit = 0, 0.0, None

@@ -221,7 +221,7 @@ class Daemon:
                     trigger = "watch"
             elif now >= next_poll:
                 trigger = "poll"
-            if trigger is None and reconciler.due(time.time()):
+            if trigger is None and reconciler.due(time.monotonic()):
                 trigger = "drift-check"
             if reconciler.sessions.reap():
                 reconciler.log.debug("ssh.idle_closed")
@@ -248,7 +248,7 @@ class Daemon:
             self.wake.wait(self._sleep_for(reconciler, watcher, next_poll))
 
     def _sleep_for(self, reconciler: Reconciler, watcher: Watcher | None, next_poll: float) -> float:
-        waits = [reconciler.next_wake(time.time()), REAP_EVERY]
+        waits = [reconciler.next_wake(time.monotonic()), REAP_EVERY]
         if self.config.repository:
             waits.append(next_poll - time.monotonic())
         if watcher is not None:

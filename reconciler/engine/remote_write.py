@@ -11,7 +11,7 @@ TMP_MARK = ".reconciler-tmp."
 
 # Runs on the node as `python3 -c ...`; stdin: JSON list of writes; stdout: JSON list of results.
 REMOTE_SCRIPT = r'''
-import base64, glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
+import base64, errno, glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
 BAK, TMP = %(bak)r, %(tmp)r
 def fsync_dir(d):
     fd = os.open(d, os.O_RDONLY)
@@ -45,17 +45,23 @@ def write(op):
             return {"ok": False, "error": "file changed on the node since facts were gathered; re-plan"}
     data = base64.b64decode(op["content"]) if op.get("encoding") == "base64" else op["content"].encode()
     tmp = install(data, path, op.get("mode"), op.get("owner"), op.get("group"))
-    if op.get("validate_cmd"):
-        rc, out = run(op["validate_cmd"].replace("%%s", tmp))
-        if rc != 0:
-            os.unlink(tmp)
-            return {"ok": False, "error": "validation failed: " + out}
-    if old is not None and op.get("backup", True):
-        bak = install(old, path + BAK, old_mode, None, None)
-        os.rename(bak, path + BAK)
-    elif os.path.exists(path + BAK) and not op.get("backup", True):
-        os.unlink(path + BAK)  # no copy of an old secret stays behind
-    os.rename(tmp, path); fsync_dir(d)
+    try:
+        if op.get("validate_cmd"):
+            rc, out = run(op["validate_cmd"].replace("%%s", tmp))
+            if rc != 0:
+                os.unlink(tmp)
+                return {"ok": False, "error": "validation failed: " + out}
+        if old is not None and op.get("backup", True):
+            bak = install(old, path + BAK, old_mode, None, None)
+            os.rename(bak, path + BAK)
+        elif os.path.exists(path + BAK) and not op.get("backup", True):
+            os.unlink(path + BAK)  # no copy of an old secret stays behind
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # the backup failed (a full disk): the new copy must not stay beside the old file
+        raise
+    fsync_dir(d)
     if op.get("after"):
         rc, out = run(op["after"])
         if rc != 0:
@@ -70,7 +76,10 @@ def write(op):
 results = []
 for op in json.load(sys.stdin):
     try: results.append(write(op))
-    except Exception as exc: results.append({"ok": False, "error": "%%s: %%s" %% (type(exc).__name__, exc)})
+    except Exception as exc:
+        code = errno.errorcode.get(getattr(exc, "errno", None) or 0)  # ENOSPC, EROFS, EACCES: what admins grep for
+        named = " (%%s)" %% code if code else ""
+        results.append({"ok": False, "error": "%%s: %%s%%s" %% (type(exc).__name__, exc, named)})
 json.dump(results, sys.stdout)
 ''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK}  # noqa: UP031
 

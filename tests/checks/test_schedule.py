@@ -33,3 +33,14 @@ def test_due_checks_of_a_state() -> None:
                             {"name": "manual", "nodes": "gpu[01-02]"}]}})
     assert due_checks(state, {}, NOW) == ["basics", "nightly"]
     assert due_checks(state, {"basics": NOW - timedelta(minutes=1), "nightly": NOW - timedelta(hours=1)}, NOW) == []
+
+
+def test_an_interval_since_this_process_started_the_check_ignores_wall_clock_jumps() -> None:
+    """With the monotonic seconds since the check last started here, a wall clock set back (last run "in the
+    future") or forward changes nothing: the interval decides (no storm, no stop; issue 22, clock-jump fault)."""
+    future = NOW + timedelta(hours=1)  # the wall clock was set back an hour after the last run
+    assert not is_due("10m", future, NOW, ago=30.0)
+    assert is_due("10m", future, NOW, ago=600.0)
+    assert not is_due("10m", NOW - timedelta(hours=2), NOW, ago=30.0)  # set forward two hours
+    assert is_due("10m", future, NOW)  # no monotonic record (a fresh daemon): the wall clock, once
+    assert not is_due("daily 02:00", NOW - timedelta(hours=8), NOW, ago=30.0)  # daily: the wall clock decides
