@@ -72,12 +72,13 @@ def table(rows: list[dict[str, object]]) -> str:
     newest: dict[str, dict[str, object]] = {}
     for row in rows:
         newest[str(row["fault"])] = row
+    runs = any("run" in row for row in newest.values())  # rows gathered from several runs say which
     lines = ["| fault | injected | recovered | files neither old nor new | jobs killed | converge after fault, s "
-             "(median, max) |", "|---|---:|---:|---:|---:|---|"]
+             "(median, max) |" + (" run |" if runs else ""), "|---|---:|---:|---:|---:|---|" + ("---|" if runs else "")]
     for fault, row in newest.items():
         converge = [float(v) for v in row.get("converge_s", []) or []]  # type: ignore[union-attr]
         lines.append(f"| {fault} | {row['injected']} | {row['recovered']} | {row['torn_files']} | "
-                     f"{row['jobs_killed']} | {_seconds(converge)} |")
+                     f"{row['jobs_killed']} | {_seconds(converge)} |" + (f" {row.get('run', '')} |" if runs else ""))
     return "\n".join(lines)
 
 
