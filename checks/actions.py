@@ -18,7 +18,7 @@ from typing import Literal
 from reconciler.backend.base import Transport
 from reconciler.checks.results import CheckKind, CheckResult
 from reconciler.checks.slurm_view import SlurmView
-from reconciler.drivers.node_state import REASON_PREFIX, drain_command, resume_command
+from reconciler.drivers.node_state import GPU_REASON_PREFIX, REASON_PREFIX, drain_command, resume_command
 from reconciler.inventory import NodeSpec
 
 REASON_MAX = 128  # Slurm keeps longer reasons, but sinfo -R and dashboards show the start only
@@ -32,6 +32,7 @@ class Policy:
 
     drain_on_fail: bool = True
     max_drains: int = 1 << 30
+    gpu: bool = False  # the check probes GPUs: it owns `reconciler: gpu ...` drains
 
 
 @dataclass
@@ -68,9 +69,11 @@ def reason_prefix(kind: CheckKind | str, check: str) -> str:
     return f"{REASON_PREFIX} nccl {check}:" if kind == "nccl" else f"{REASON_PREFIX} check {check}:"
 
 
-def owns(kind: CheckKind | str, check: str, reason: str | None) -> bool:
-    """True when a drain reason was written by this check."""
-    return bool(reason) and str(reason).startswith(reason_prefix(kind, check))
+def owns(kind: CheckKind | str, check: str, reason: str | None, gpu: bool = False) -> bool:
+    """True when a drain reason was written by this check (GPU: a check probing GPUs owns GPU-fault drains)."""
+    text = str(reason or "")
+    return bool(text) and (text.startswith(reason_prefix(kind, check))
+                           or (gpu and kind == "node" and text.startswith(GPU_REASON_PREFIX)))
 
 
 def shorten(text: str, limit: int) -> str:
@@ -83,6 +86,9 @@ def drain_reason(result: CheckResult) -> str:
     message = result.message
     if result.kind == "nccl" and message.startswith("nccl "):
         message = message[len("nccl "):]
+    if result.kind == "node" and message.startswith("gpu "):  # a GPU fault: `reconciler: gpu 3 xid 79 (...)`
+        text = f"{REASON_PREFIX} {message}".replace("=", ":").replace("\n", " ")
+        return shorten(text, REASON_MAX)
     text = f"{reason_prefix(result.kind, result.check)} {message}".replace("=", ":").replace("\n", " ")
     return shorten(text, REASON_MAX)
 
@@ -119,7 +125,7 @@ def _decide(result: CheckResult, view: SlurmView, policy: Policy, failing: dict[
     fact = view.nodes.get(result.node)
     if fact is None or result.skipped or result.error:
         return None
-    mine = owns(result.kind, result.check, fact.reason)
+    mine = owns(result.kind, result.check, fact.reason, policy.gpu)
     if result.failed:
         if not policy.drain_on_fail:
             return None

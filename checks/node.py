@@ -11,60 +11,68 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 from reconciler import hostlist
 from reconciler.backend.base import CommandResult, Transport
+from reconciler.checks.gpu import judge as gpu_judge
+from reconciler.checks.gpu import memory as gpu_memory
+from reconciler.checks.gpu.dcgm import dcgm_command
+from reconciler.checks.gpu.infiniband import ib_command
+from reconciler.checks.gpu.nhc import nhc_command
+from reconciler.checks.gpu.nvlink import nvlink_command
+from reconciler.checks.gpu.query import MINORS_COMMAND, QUERY_TIMEOUT, parse_minors, parse_query, query_command
+from reconciler.checks.gpu.xid import XidMemory, parse_xids, xid_command
+from reconciler.checks.items import Item, no_output, tail
 from reconciler.checks.results import CheckResult, utcnow
 from reconciler.checks.sections import Section, script, split_sections
 from reconciler.checks.slurm_view import SlurmView
+from reconciler.drivers.node_state import GPU_REASON_PREFIX, REASON_PREFIX
 from reconciler.facts.models import MountFact, ServiceFact
 from reconciler.facts.parsers import parse_mountinfo
 from reconciler.inventory import NodeSpec, node_specs
-from reconciler.model import DesiredState, GpuExpectation, NodeCheck, ServiceManager
+from reconciler.model import DesiredState, GpuExpectation, NhcCheck, NodeCheck, ServiceManager, parse_duration
 from reconciler.services import parse_status, status_command
 
-GPU_QUERY = "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"
-GPU_TIMEOUT = 30
+GPU_TIMEOUT = QUERY_TIMEOUT
 WRITE_TIMEOUT = 10
 MISSING = 127
 TIMED_OUT = 124
-
-ItemStatus = Literal["pass", "fail", "error"]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One thing checked on a node: pass, fail (the node's fault) or error (could not tell)."""
-
-    name: str
-    status: ItemStatus
-    message: str
-
-    @property
-    def ok(self) -> bool:
-        """True when the item passed."""
-        return self.status == "pass"
-
+FABRIC_MANAGER = "nvidia-fabricmanager"
 
 @dataclass
 class Probes:
     """What to look at on one node, the union over every check that applies to it."""
 
     gpu: bool = False
+    xid: bool = False
+    nvlink: bool = False
+    ib: bool = False
+    dcgm: tuple[int, int] | None = None  # (level, timeout s)
+    nhc: NhcCheck | None = None
     mounts: list[str] = field(default_factory=list)
     services: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
 
-    def add(self, check: NodeCheck, images: list[str]) -> None:
-        """Add what CHECK needs (IMAGES: the image paths for this node)."""
-        self.gpu = self.gpu or check.gpus is not None
+    def add(self, check: NodeCheck, images: list[str], retest: bool = False) -> None:
+        """Add what CHECK needs (IMAGES: the image paths for this node; RETEST: the check drained it)."""
+        gpus = check.gpus
+        self.gpu = self.gpu or gpus is not None
+        self.xid = self.xid or (gpus is not None and gpus.health and gpus.count > 0)
+        self.nvlink = self.nvlink or (gpus is not None and (gpus.nvlinks is not None or gpus.nvlink_speed is not None))
+        self.ib = self.ib or check.infiniband is not None
+        if check.dcgm is not None and (check.dcgm.on_schedule or retest):
+            level = max(check.dcgm.level, self.dcgm[0] if self.dcgm else 0)
+            self.dcgm = (level, max(parse_duration(check.dcgm.timeout), self.dcgm[1] if self.dcgm else 0))
+        self.nhc = self.nhc or check.nhc
         _extend(self.mounts, check.mounts)
         _extend(self.services, check.services)
+        if gpus is not None and gpus.fabric_manager:
+            _extend(self.services, [FABRIC_MANAGER])
         if check.images:
             _extend(self.images, images)
 
@@ -80,9 +88,8 @@ def _extend(target: list[str], values: Iterable[str]) -> None:
 
 
 def gpu_command() -> str:
-    """nvidia-smi's GPU names and driver versions; exit 127 with a message when nvidia-smi is absent."""
-    return (f"if command -v nvidia-smi >/dev/null 2>&1; then timeout {GPU_TIMEOUT} {GPU_QUERY}; "
-            f"else echo 'nvidia-smi: command not found'; (exit {MISSING}); fi")
+    """nvidia-smi's query of every GPU (old and new drivers); exit 127 with a message when nvidia-smi is absent."""
+    return query_command()
 
 
 def write_command(path: str) -> str:
@@ -101,6 +108,16 @@ def probe_command(probes: Probes, manager: ServiceManager) -> str:
     parts: list[tuple[str, str]] = [("hostname", "hostname")]
     if probes.gpu:
         parts.append(("gpu", gpu_command()))
+    if probes.xid:
+        parts += [("gpu.minors", MINORS_COMMAND), ("gpu.xid", xid_command())]
+    if probes.nvlink:
+        parts.append(("gpu.nvlink", nvlink_command()))
+    if probes.ib:
+        parts.append(("ib", ib_command()))
+    if probes.dcgm is not None:
+        parts.append(("dcgm", dcgm_command(*probes.dcgm)))
+    if probes.nhc is not None:
+        parts.append(("nhc", nhc_command(probes.nhc.command, parse_duration(probes.nhc.timeout))))
     if probes.mounts:
         parts.append(("mountinfo", "cat /proc/self/mountinfo"))
         parts += [(f"write.{i}", write_command(path)) for i, path in enumerate(probes.mounts)]
@@ -122,50 +139,51 @@ MUNGE_DECODE_ALL = ('while IFS= read -r c; do if err=$(printf "%s\\n" "$c" | unm
 # ---------------------------------------------------------------- judging (pure)
 
 
-def _no_output(what: str, sec: Section | None) -> Item | None:
-    """An error item when a probe's section is missing or cut off."""
-    if sec is None or sec.rc is None:
-        return Item(what, "error", f"{what}: no complete output from the probe")
-    return None
+_no_output = no_output
+_tail = tail
 
 
-def _tail(sec: Section) -> str:
-    """The last output line of a section, or ''."""
-    return sec.lines[-1] if sec.lines else ""
+def drained_by(check: NodeCheck, reason: str | None) -> bool:
+    """True when a drain REASON was written by CHECK (its `check NAME:` prefix, or a GPU fault it probes)."""
+    text = str(reason or "")
+    return text.startswith(f"{REASON_PREFIX} check {check.name}:") or (
+        check.gpus is not None and text.startswith(GPU_REASON_PREFIX))
 
 
 def judge_gpus(expect: GpuExpectation, sec: Section | None) -> Item:
-    """nvidia-smi's `name, driver_version` lines against the expected count, model and driver."""
-    missing = _no_output("gpus", sec)
-    if missing or sec is None:
-        return missing or Item("gpus", "error", "gpus: no output")
-    if sec.rc == MISSING:
-        if expect.count == 0:
-            return Item("gpus", "pass", "no GPUs expected (no nvidia-smi)")
-        return Item("gpus", "fail", f"gpus: nvidia-smi not found (expected {expect.count} GPUs)")
-    if sec.rc == TIMED_OUT:
-        return Item("gpus", "fail", f"gpus: nvidia-smi timed out after {GPU_TIMEOUT}s")
-    if sec.rc != 0:
-        tail = _tail(sec)
-        return Item("gpus", "fail", f"gpus: nvidia-smi failed (exit {sec.rc})" + (f": {tail}" if tail else ""))
-    gpus = [tuple(part.strip() for part in line.rsplit(",", 1)) for line in sec.lines]
-    problems = []
-    if len(gpus) != expect.count:
-        problems.append(f"found {len(gpus)}, expected {expect.count}")
-    if expect.model:
-        wrong = [(i, g[0]) for i, g in enumerate(gpus) if expect.model.lower() not in g[0].lower()]
-        if wrong:
-            index, name = wrong[0]
-            more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-            problems.append(f"GPU {index} is {name}, expected {expect.model}{more}")
-    drivers = sorted({g[1] for g in gpus if len(g) > 1})
-    if expect.driver and gpus and any(not d.startswith(expect.driver) for d in drivers):
-        problems.append(f"driver {','.join(drivers)}, expected {expect.driver}")
-    if problems:
-        return Item("gpus", "fail", "gpus: " + "; ".join(problems))
-    models = sorted({g[0] for g in gpus})
-    summary = f"{len(gpus)}x {'/'.join(models)}" if gpus else "0 GPUs"
-    return Item("gpus", "pass", summary + (f" (driver {','.join(drivers)})" if drivers else ""))
+    """nvidia-smi's query lines against the expected count, model and driver (the `gpus` item)."""
+    return gpu_judge.query_items(expect, sec)[0][0]
+
+
+def judge_gpu_health(expect: GpuExpectation, sections: dict[str, Section], probes: Probes,
+                     memory: XidMemory | None = None) -> list[Item]:
+    """Every GPU item of one expectation: count/model/driver, each GPU's health, XIDs, NVLink."""
+    items, query = gpu_judge.query_items(expect, sections.get("gpu"))
+    if probes.xid and expect.health and expect.count > 0:
+        memory = memory or XidMemory()
+        minors = parse_minors(sections["gpu.minors"].output) if "gpu.minors" in sections else {}
+        xids, _, _ = gpu_judge.xid_items(expect, sections.get("gpu.xid"), memory,
+                                         gpu_judge.index_of(query, minors, memory))
+        items = [i for i in xids if not i.ok] + items + [i for i in xids if i.ok]
+    items += gpu_judge.nvlink_items(expect, sections.get("gpu.nvlink"), query)
+    return items
+
+
+def remembered(sections: dict[str, Section], memory: XidMemory) -> XidMemory:
+    """MEMORY after this probe: its boot, the last XID line seen, and the GPUs' bus addresses."""
+    buses = dict(memory.buses)
+    if (sec := sections.get("gpu")) is not None and sec.rc == 0:
+        buses.update({row.bus: row.index for row in parse_query(sec.output).rows if row.bus_id})
+    if (sec := sections.get("gpu.minors")) is not None:
+        buses.update(parse_minors(sec.output))
+    updated = XidMemory(memory.boot, memory.seen_until, memory.acked_until, buses)
+    sec = sections.get("gpu.xid")
+    if sec is None or sec.rc != 0:
+        return updated
+    log = parse_xids(sec.output)
+    updated = updated.for_boot(log.boot)
+    last = max((e.key for e in log.events), default=None)
+    return XidMemory(updated.boot, last if last is not None else updated.seen_until, updated.acked_until, buses)
 
 
 def find_mount(mounts: list[MountFact], path: str) -> MountFact | None:
@@ -266,11 +284,19 @@ def judge_munge(node: str, reference: str, here: str | None, there: str | None) 
 
 def judge_node_check(check: NodeCheck, node: str, sections: dict[str, Section], probes: Probes,
                      manager: ServiceManager, images: list[str], view: SlurmView,
-                     munge: Item | None = None) -> list[Item]:
+                     munge: Item | None = None, memory: XidMemory | None = None) -> list[Item]:
     """Every item of one check on one node, from that node's probe output and the Slurm view."""
     items: list[Item] = []
     if check.gpus is not None:
-        items.append(judge_gpus(check.gpus, sections.get("gpu")))
+        items += judge_gpu_health(check.gpus, sections, probes, memory)
+        if check.gpus.fabric_manager and FABRIC_MANAGER not in check.services:
+            items += judge_services([FABRIC_MANAGER], manager, sections.get("services"))
+    if check.infiniband is not None:
+        items += gpu_judge.ib_items(check.infiniband, sections.get("ib"))
+    if check.dcgm is not None and probes.dcgm is not None:
+        items.append(gpu_judge.dcgm_item(probes.dcgm[0], sections.get("dcgm")))
+    if check.nhc is not None:
+        items.append(gpu_judge.nhc_item(sections.get("nhc")))
     for path in check.mounts:
         index = probes.mounts.index(path)
         items.append(judge_mount(path, sections.get("mountinfo"), sections.get(f"write.{index}")))
@@ -289,7 +315,8 @@ def judge_node_check(check: NodeCheck, node: str, sections: dict[str, Section], 
 def node_result(check: NodeCheck, node: str, items: list[Item], started: datetime | None = None,
                 duration: float = 0.0) -> CheckResult:
     """Fold a check's items into one result: fail if any item failed, error if any could not tell."""
-    failed = [i for i in items if i.status == "fail"]
+    # GPU faults first: the drain reason is made of the first failure and names the GPU and fault
+    failed = sorted((i for i in items if i.status == "fail"), key=lambda i: not i.message.startswith("gpu "))
     errors = [i for i in items if i.status == "error"]
     if failed:
         message = "; ".join(i.message for i in failed + errors)
@@ -367,8 +394,12 @@ def munge_cross(transport: Transport, specs: dict[str, NodeSpec], nodes: list[st
 
 
 def run_node_checks(state: DesiredState, transport: Transport, checks: list[NodeCheck], view: SlurmView,
-                    only: set[str] | None = None, log: Callable[[str], None] = lambda _: None) -> list[CheckResult]:
-    """Run node checks: one command per node covering every check on it; one result per check and node."""
+                    only: set[str] | None = None, log: Callable[[str], None] = lambda _: None,
+                    conn: sqlite3.Connection | None = None) -> list[CheckResult]:
+    """Run node checks: one command per node covering every check on it; one result per check and node.
+
+    CONN (the results database) keeps what the GPU checks saw on each node (XIDs already reported).
+    """
     specs = node_specs(state)
     per_node: dict[str, list[NodeCheck]] = {}
     for check in checks:
@@ -379,7 +410,10 @@ def run_node_checks(state: DesiredState, transport: Transport, checks: list[Node
     for node, node_checks in per_node.items():
         probes[node] = Probes()
         for check in node_checks:
-            probes[node].add(check, images[node])
+            fact = view.nodes.get(node)
+            retest = fact is not None and fact.drained and drained_by(check, fact.reason)
+            probes[node].add(check, images[node], retest)
+    memories = gpu_memory.load(conn, [n for n in per_node if probes[n].xid])
     started = utcnow()
     clock = time.monotonic()
     log(f"node checks: {len(checks)} check(s) on {len(per_node)} node(s)")
@@ -401,6 +435,8 @@ def run_node_checks(state: DesiredState, transport: Transport, checks: list[Node
                                            message=f"unreachable: {why}", started=started, duration=duration))
                 continue
             items = judge_node_check(check, node, sections[node], probes[node], specs[node].service_manager,
-                                     images[node], view, munge.get(node))
+                                     images[node], view, munge.get(node), memories.get(node))
             results.append(node_result(check, node, items, started, duration))
+    gpu_memory.save(conn, {node: remembered(sections[node], memory) for node, memory in memories.items()
+                           if node in sections})
     return results

@@ -87,7 +87,8 @@ def _max_drains(total: int, fraction: float) -> int:
 def policies_of(state: DesiredState, view: SlurmView, fraction: float = MAX_DRAIN_FRACTION) -> dict[Key, Policy]:
     """How every check of the state may act: drain_on_fail (never for partition-wide runs) and a drain cap."""
     specs = node_specs(state)
-    policies = {("node", c.name): Policy(c.drain_on_fail, _max_drains(len(targets(c, specs, None)), fraction))
+    policies = {("node", c.name): Policy(c.drain_on_fail, _max_drains(len(targets(c, specs, None)), fraction),
+                                         gpu=c.gpus is not None)
                 for c in state.checks.node}
     policies.update({("nccl", c.name): Policy(c.drain_on_fail and c.mode not in ("partition", "local"),
                                               _max_drains(len(nccl_targets(c, state, view)), fraction))
@@ -109,7 +110,7 @@ def check_run(loaded: LoadedState, transport: Transport, conn: sqlite3.Connectio
     outcome = CheckRun()
     if node_checks:
         view = fetch_view(transport, controller)
-        results = run_node_checks(state, transport, node_checks, view, nodes, log)
+        results = run_node_checks(state, transport, node_checks, view, nodes, log, conn)
         _stop_if(should_stop)
         _settle(outcome, results, view, policies_of(state, view, max_drain_fraction), transport, controller, conn,
                 act, log)

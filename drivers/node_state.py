@@ -16,7 +16,8 @@ from reconciler.inventory import slurm_nodes
 REASON_PREFIX = "reconciler:"
 ROLLOUT_REASON = "reconciler: rolling restart of slurmd"
 # Drains owned by the health checks: only a passing check resumes them.
-CHECK_PREFIXES = ("reconciler: nccl", "reconciler: check")
+GPU_REASON_PREFIX = "reconciler: gpu "
+CHECK_PREFIXES = ("reconciler: nccl", "reconciler: check", GPU_REASON_PREFIX.rstrip())
 
 
 def drain_command(node: str, reason: str) -> str:

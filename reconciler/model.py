@@ -716,12 +716,57 @@ class ManagedService(NodeSelection):
 # ---------------------------------------------------------------- checks
 
 
+class PcieExpectation(Strict):
+    """The PCIe link every GPU must have trained to."""
+
+    gen: int | None = Field(default=None, ge=1, le=7, description="Minimum PCIe generation, e.g. 5")
+    width: int | None = Field(default=None, ge=1, le=32, description="Minimum lanes, e.g. 16")
+
+
 class GpuExpectation(Strict):
-    """Expected GPUs as nvidia-smi reports them."""
+    """Expected GPUs as nvidia-smi reports them, and their health."""
 
     count: int = Field(ge=0)
     model: str | None = Field(default=None, description="Substring of the product name, e.g. H200")
     driver: str | None = Field(default=None, description="Exact or prefix, e.g. 580.")
+    health: bool = Field(default=True, description="Uncorrected ECC errors, row remapping pending or failed, "
+                         "retired pages pending, hardware clock slowdowns and fatal XIDs fail the node")
+    max_temperature: int | None = Field(default=None, ge=1, le=150, description="Celsius, per GPU")
+    pcie: PcieExpectation | None = None
+    ecc: bool = Field(default=False, description="ECC mode must be enabled on every GPU")
+    nvlinks: int | None = Field(default=None, ge=0, le=64, description="Active NVLink links per GPU, e.g. 18")
+    nvlink_speed: float | None = Field(default=None, gt=0, description="Minimum GB/s of each active link")
+    fabric_manager: bool = Field(default=False, description="NVSwitch system: nvidia-fabricmanager running and "
+                                 "every GPU's fabric registration completed")
+    xid_ignore: list[int] = Field(default_factory=list, description="XIDs never reported nor drained on")
+
+
+class IbExpectation(Strict):
+    """InfiniBand/RoCE ports a node must have up (ACTIVE, LinkUp), from /sys/class/infiniband."""
+
+    ports: int = Field(ge=0, description="How many ports must be up (of DEVICES when given)")
+    rate: float | None = Field(default=None, gt=0, description="Minimum Gb/s of each port, e.g. 400")
+    devices: list[NameToken] = Field(default_factory=list, description="Only these HCAs, e.g. [mlx5_0, mlx5_1]")
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = Field(default=None, description="Ethernet for RoCE")
+
+
+class DcgmCheck(Strict):
+    """DCGM's diagnostic (`dcgmi diag -r LEVEL`) when dcgmi is installed; it loads the GPUs, so not every time."""
+
+    level: int = Field(default=1, ge=1, le=4)
+    on_schedule: bool = Field(default=False, description="Every interval too, not only to retest a drained node")
+    timeout: str = "15m"
+
+    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
+
+
+class NhcCheck(Strict):
+    """LBNL NHC, run with the site's own rules; its verdict is one more item."""
+
+    command: str = Field(default="nhc", pattern=r"^/?[A-Za-z0-9_./-]+$")
+    timeout: str = "5m"
+
+    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
 
 
 class NodeCheck(Strict):
@@ -737,10 +782,21 @@ class NodeCheck(Strict):
     slurm_state: list[NameToken] = Field(default_factory=list, description="Acceptable Slurm states, e.g. IDLE, MIXED")
     munge: bool = Field(default=False, description="A credential made on this node (`munge -n`) decodes on the "
                         "controller (`unmunge`) and one made there decodes here: the munge keys agree")
+    infiniband: IbExpectation | None = None
+    dcgm: DcgmCheck | None = None
+    nhc: NhcCheck | None = None
     drain_on_fail: bool = True
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
     _interval = field_validator("interval")(lambda cls, v: (parse_duration(v), v)[1])
+
+    @field_validator("dcgm", "nhc", mode="before")
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        """`nhc: true` / `dcgm: true` take the defaults; false leaves the item out."""
+        if value is True:
+            return {}
+        return None if value is False else value
 
 
 class NcclThresholds(Strict):

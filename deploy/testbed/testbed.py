@@ -459,6 +459,7 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
     install_standins(upper)
     if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
         put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
+        install_gpu_standins(upper)
     return host_key_line
 
 
@@ -480,6 +481,12 @@ def install_standins(upper: Path) -> None:
     put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
+
+
+def install_gpu_standins(upper: Path) -> None:
+    """Compute nodes: the STAND-IN nvidia-smi and dmesg replaying a recorded H200 (faults planted by a file)."""
+    put(upper, "usr/local/bin/nvidia-smi", (HERE / "standins" / "nvidia-smi").read_bytes(), 0o755)
+    put(upper, "usr/local/bin/dmesg", (HERE / "standins" / "dmesg").read_bytes(), 0o755)
 
 
 def client_file_binds(layout: Layout) -> dict[str, str]:

@@ -79,7 +79,7 @@ def test_probe_command_has_one_section_per_probe() -> None:
     assert names == ["hostname", "gpu", "mountinfo", "write.0", "write.1", "services", "image.0"]
     assert "sh '/scratch dir'" in command  # paths are quoted
     assert "supervisorctl status || true" in command
-    assert "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader" in command
+    assert "nvidia-smi --query-gpu=index,name,pci.bus_id," in command and "--format=csv,noheader,nounits" in command
 
 
 def test_real_device_probe_output_judged_as_a_whole() -> None:
