@@ -2,11 +2,12 @@
 
 `plan` (here) writes, for each candidate setting of the check, the exact batch script that `run_local` sends to
 a node (`checks.nccl.run.batch_script([local_command(check)])`), plus a driver that runs them all RUNS times in
-rotating order; `bench/nccl_device.sh` builds nccl-tests on the GPU machine and runs that driver there.
+rotating order; `bench/nccl_device.sh` runs that driver on the GPU machine with an installed `all_reduce_perf`
+(`NCCL_TESTS_BIN`).
 `import` (here again) copies what came back into tests/fixtures/nccl/device/ as PREFIX_* files: each run's
 output exactly as the launcher read it (the batch's `time.0` and `step.0` sections) and PREFIX_runs.json.
 
-    python -m bench.nccl_device plan DIR --gpus 2 --runs 3 --binary /tmp/nccl-tests/build/all_reduce_perf
+    python -m bench.nccl_device plan DIR --gpus 2 --runs 3
     python -m bench.nccl_device import OUTDIR PREFIX --device "2x NVIDIA H200 (nvidia-h200-x2 device machine)"
 """
 
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--binary", default="/tmp/nccl-tests/build/all_reduce_perf")
+    p.add_argument("--binary", default="all_reduce_perf")
     p.add_argument("--configs", help="comma-separated names of CONFIGS (default: all)")
     i = sub.add_parser("import", help="copy a recorded directory into the fixtures")
     i.add_argument("out", type=Path)

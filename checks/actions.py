@@ -86,8 +86,8 @@ def drain_reason(result: CheckResult) -> str:
     message = result.message
     if result.kind == "nccl" and message.startswith("nccl "):
         message = message[len("nccl "):]
-    if result.kind == "node" and message.startswith("gpu "):  # a GPU fault: `reconciler: gpu 3 xid 79 (...)`
-        text = f"{REASON_PREFIX} {message}".replace("=", ":").replace("\n", " ")
+    if result.kind == "node" and message.startswith("gpu "):  # the first GPU fault: `reconciler: gpu 3 xid 79 (...)`
+        text = f"{REASON_PREFIX} {message.split('; ', 1)[0]}".replace("=", ":").replace("\n", " ")
         return shorten(text, REASON_MAX)
     text = f"{reason_prefix(result.kind, result.check)} {message}".replace("=", ":").replace("\n", " ")
     return shorten(text, REASON_MAX)

@@ -29,8 +29,11 @@ def open_db(path: Path) -> sqlite3.Connection:
 @click.option("--no-act", is_flag=True, help="Drain, resume and reserve nothing; say what would be done.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--forks", type=int, default=None, help="Parallel SSH connections (default: ssh.forks).")
+@click.option("--ack-xid", "ack_xid", default=None, metavar="HOSTLIST",
+              help="First acknowledge the XIDs seen so far on these nodes (their GPUs were reset): they fail the "
+                   "GPU check no more. Needs --state-db (the daemon's state.db).")
 def check(directory: str, name: str | None, nodes: str | None, state_db: Path | None, no_act: bool, fmt: str,
-          forks: int | None) -> None:
+          forks: int | None, ack_xid: str | None) -> None:
     """Run health checks now (all, or the one named): node checks over SSH, NCCL tests through srun.
 
     Prints one line per check and node, then the drains and resumes. Exit 0 when every check passed
@@ -47,7 +50,21 @@ def check(directory: str, name: str | None, nodes: str | None, state_db: Path | 
     except ValueError as exc:
         click.echo(f"error: --nodes: {exc}", err=True)
         sys.exit(1)
+    if ack_xid and state_db is None:
+        click.echo("error: --ack-xid needs --state-db (where the XIDs seen are remembered)", err=True)
+        sys.exit(1)
     conn = open_db(state_db) if state_db else None
+    if ack_xid and conn is not None:
+        from reconciler.checks.gpu import memory
+
+        try:
+            acked = memory.acknowledge(conn, hostlist.expand(ack_xid))
+        except ValueError as exc:
+            click.echo(f"error: --ack-xid: {exc}", err=True)
+            sys.exit(1)
+        for node, known in acked.items():
+            upto = "-" if known.acked_until is None else f"{known.acked_until:.6f} s after boot"
+            click.echo(f"  {node}: XIDs acknowledged up to {upto} (boot {known.boot or 'unknown'})", err=True)
     transport = SSHTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
     log = (lambda line: click.echo(f"  {line}", err=True)) if fmt == "text" else (lambda _: None)
     try:

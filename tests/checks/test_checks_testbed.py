@@ -41,6 +41,11 @@ checks:
       nodes: gpu01
       gpus: {count: 8, model: H200}
       drain_on_fail: false
+    - name: gpu-health
+      nodes: "gpu[01-03]"
+      interval: 1m
+      gpus: {count: 8, model: H200, driver: "580.", max_temperature: 85, pcie: {gen: 5, width: 16}, ecc: true,
+             nvlinks: 18}
   nccl:
     - name: nccl-single
       nodes: "gpu[01-03]"
@@ -131,9 +136,9 @@ def test_node_checks_services_state_mounts_and_gpus(bed: Testbed, run: Callable[
         storage = results[("storage", "gpu01")]
         assert storage.failed
         assert storage.message == "mount /shared: not mounted; mount /scratch: not writable: Read-only file system"
-        gpus = results[("gpus", "gpu01")]
-        assert gpus.failed and gpus.message == "gpus: nvidia-smi not found (expected 8 GPUs)"
-        # storage drains gpu01 under its own reason; gpus has drain_on_fail: false
+        gpus = results[("gpus", "gpu01")]  # the testbed's STAND-IN nvidia-smi replays a recorded H200
+        assert gpus.ok and gpus.message.startswith("8x NVIDIA H200 (driver 580.159.04), no fatal XID this boot")
+        # storage drains gpu01 under its own reason
         assert "Reason=reconciler: check storage: mount /shared: not mounted; mount /scratch: not writable" \
             in slurm_node(bed, "gpu01")
 
@@ -184,6 +189,91 @@ def test_degraded_node_drained_then_resumed_manual_drain_kept(bed: Testbed, run:
     finally:
         bed.run("gpu02", "rm -f /etc/reconciler-standin/degraded")
         bed.run("ctl", "scontrol update nodename=gpu02,gpu03 state=resume; true")
+
+
+GPU_FAULTS = "/etc/reconciler-standin/gpu-faults"
+
+
+def plant(bed: Testbed, node: str, faults: str) -> None:
+    """Make NODE's stand-in nvidia-smi and dmesg replay these faults ('' for the healthy recording)."""
+    bed.run(node, f"mkdir -p /etc/reconciler-standin && printf '%s' '{faults}' > {GPU_FAULTS}", check=True)
+
+
+def test_gpu_xid_79_drains_with_its_reason_then_healthy_replay_resumes(bed: Testbed, run: Callable[..., object],
+                                                                       desired: Path, tmp_path: Path) -> None:
+    """Issue 23: the stand-in replays an XID 79 on gpu02's GPU 3: gpu02 is drained `reconciler: gpu 3 xid 79
+    (fallen off the bus)` by the next check, the others stay up, a human's drain on gpu03 is untouched; the healthy
+    replay resumes gpu02."""
+    bed.run("ctl", "scontrol update nodename=gpu03 state=drain reason='fan noise, ticket 42'", check=True)
+    try:
+        first = run("gpu-health")
+        assert {r.node: r.status for r in first.results} == {f"gpu0{i}": "PASS" for i in (1, 2, 3)}  # type: ignore[attr-defined]
+        assert first.actions == []  # type: ignore[attr-defined]
+
+        plant(bed, "gpu02", "xid79 3\n")
+        faulty = run("gpu-health")
+        results = {r.node: r for r in faulty.results}  # type: ignore[attr-defined]
+        assert results["gpu01"].ok and results["gpu03"].ok
+        assert results["gpu02"].failed
+        assert results["gpu02"].message.startswith("gpu 3 xid 79 (fallen off the bus); gpus: found 7, expected 8")
+        assert [(a.node, a.kind, a.reason, a.done) for a in faulty.actions] == [  # type: ignore[attr-defined]
+            ("gpu02", "drain", "reconciler: gpu 3 xid 79 (fallen off the bus)", True)]
+        assert "Reason=reconciler: gpu 3 xid 79 (fallen off the bus) [root@" in slurm_node(bed, "gpu02")
+        assert "DRAIN" not in slurm_node(bed, "gpu01")
+        assert "Reason=fan noise, ticket 42 [root@" in slurm_node(bed, "gpu03")
+
+        again = run("gpu-health")  # still in this boot's kernel log: stays drained, nothing new done
+        assert [(a.node, a.kind) for a in again.actions] == [("gpu02", "keep")]  # type: ignore[attr-defined]
+
+        plant(bed, "gpu02", "")
+        healed = run("gpu-health")
+        assert {r.node: r.status for r in healed.results} == {f"gpu0{i}": "PASS" for i in (1, 2, 3)}  # type: ignore[attr-defined]
+        assert [(a.node, a.kind, a.done) for a in healed.actions] == [("gpu02", "resume", True)]  # type: ignore[attr-defined]
+        assert settled(bed, "gpu02") == " State=IDLE "
+        assert "Reason=fan noise, ticket 42 [root@" in slurm_node(bed, "gpu03") and "DRAIN" in slurm_node(bed, "gpu03")
+
+        # a double-bit ECC XID with every GPU still there: drained until the admin, having reset the GPU,
+        # acknowledges it with `reconciler check --ack-xid` (the CLI, on the same results database)
+        plant(bed, "gpu02", "xid 2 48\n")
+        dbe = run("gpu-health")
+        assert [(a.node, a.kind, a.reason) for a in dbe.actions] == [  # type: ignore[attr-defined]
+            ("gpu02", "drain", "reconciler: gpu 2 xid 48 (double bit ECC error)")]
+        proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "check", str(desired), "gpu-health",
+                               "--nodes", "gpu02", "--state-db", str(tmp_path / "state.db"), "--ack-xid", "gpu02"],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "gpu02: XIDs acknowledged up to " in proc.stderr
+        assert proc.stdout.splitlines()[0].startswith("PASS  node gpu-health gpu02: 8x NVIDIA H200")
+        assert "resume gpu02 - gpu-health passed" in proc.stdout
+        assert settled(bed, "gpu02") == " State=IDLE "
+    finally:
+        plant(bed, "gpu02", "")
+        bed.run("ctl", "scontrol update nodename=gpu02,gpu03 state=resume; true")
+
+
+def test_gpu_faults_each_drain_with_gpu_and_kind_and_old_driver_passes(bed: Testbed,
+                                                                        run: Callable[..., object]) -> None:
+    """Planted ECC, row-remap, slowdown, PCIe and NVLink faults through SSH and the real probe; an old driver's
+    field names (the stand-in refusing clocks_event_reasons.*) still pass."""
+    cases = [("ecc 2 4", "gpu 2 ecc 4 uncorrected errors since the last reset"),
+             ("remap 5", "gpu 5 row-remap pending (reset the GPU)"),
+             ("slowdown 1", "gpu 1 clocks held down: hw-slowdown, hw-thermal-slowdown"),
+             ("pcie 6 8", "gpu 6 pcie gen5 x8, expected gen5 x16"),
+             ("nvlink 7 2", "gpu 7 nvlink 16 of 18 links up (2 inactive)")]
+    try:
+        for fault, message in cases:
+            plant(bed, "gpu01", fault + "\n")
+            outcome = run("gpu-health", act=False)
+            [result] = [r for r in outcome.results if r.node == "gpu01"]  # type: ignore[attr-defined]
+            assert result.message == message
+            assert [(a.node, a.kind, a.reason) for a in outcome.actions] == [  # type: ignore[attr-defined]
+                ("gpu01", "drain", f"reconciler: {message}")]
+        plant(bed, "gpu01", "old-driver\n")
+        outcome = run("gpu-health", act=False)
+        assert all(r.ok for r in outcome.results)  # type: ignore[attr-defined]
+        assert outcome.actions == []  # type: ignore[attr-defined]
+    finally:
+        plant(bed, "gpu01", "")
 
 
 def test_cli_pairs_through_srun_over_two_nodes(bed: Testbed, desired: Path, tmp_path: Path) -> None:

@@ -387,3 +387,52 @@ def test_device_probe_output_passes_every_gpu_item(machine: Path, model: str) ->
     timings = [int(line.split()[2]) for line in (machine / "timings.txt").read_text().splitlines()
                if line.startswith("probe")]
     assert len(timings) == 5 and max(timings) < 1000  # recorded: the GPU probe took under a second
+
+
+# ---------------------------------------------------------------- what is probed, and who owns a GPU drain
+
+
+def test_dcgm_runs_on_schedule_only_when_asked_and_always_to_retest_a_drained_node() -> None:
+    check = NodeCheck(name="gpu-health", nodes="gpu01", gpus=GpuExpectation(count=8), dcgm={"level": 2},
+                      nhc=True, infiniband={"ports": 8, "rate": 400})
+    routine, retest = Probes(), Probes()
+    routine.add(check, [])
+    retest.add(check, [], retest=True)
+    assert routine.dcgm is None and retest.dcgm == (2, 900)
+    scheduled = Probes()
+    scheduled.add(check.model_copy(update={"dcgm": check.dcgm.model_copy(update={"on_schedule": True})}), [])
+    assert scheduled.dcgm == (2, 900)
+    command = probe_command_of(retest)
+    assert "dcgmi diag -r 2" in command and "MARK_OFFLINE=0 DETACHED_MODE=0 TIMEOUT=300" in command
+    assert "/sys/class/infiniband" in command and "NVRM: Xid" in command
+    assert "dcgmi" not in probe_command_of(routine)
+
+
+def probe_command_of(probes: Probes) -> str:
+    from reconciler.checks.node import probe_command
+
+    return probe_command(probes, ServiceManager(type="systemd"))
+
+
+def test_gpu_drain_reason_and_ownership() -> None:
+    from reconciler.checks.actions import Policy, drain_reason, owns, plan_actions
+    from reconciler.checks.node import drained_by
+    from reconciler.checks.results import CheckResult
+    from reconciler.facts.models import SlurmNodeFact
+
+    check = NodeCheck(name="gpu-health", nodes="gpu01", gpus=GpuExpectation(count=8))
+    failing = CheckResult(check="gpu-health", kind="node", node="gpu01", ok=False,
+                          message="gpu 3 xid 79 (fallen off the bus); gpus: found 7, expected 8")
+    assert drain_reason(failing) == "reconciler: gpu 3 xid 79 (fallen off the bus)"
+    assert owns("node", "gpu-health", "reconciler: gpu 3 xid 79 (fallen off the bus)", gpu=True)
+    assert not owns("node", "storage", "reconciler: gpu 3 xid 79 (fallen off the bus)", gpu=False)
+    assert drained_by(check, "reconciler: gpu 3 xid 79 (fallen off the bus)")
+    assert not drained_by(check, "gpu 3 is noisy, ticket 7")
+    view = SlurmView(nodes={
+        "gpu01": SlurmNodeFact(name="gpu01", state="IDLE+DRAIN", reason="reconciler: gpu 3 xid 79 (fallen off the bus)")})
+    passing = [CheckResult(check="gpu-health", kind="node", node=n, ok=True, message="8x H200") for n in ("gpu01",)]
+    actions = plan_actions(passing, view, {("node", "gpu-health"): Policy(gpu=True)})
+    assert [(a.node, a.kind) for a in actions] == [("gpu01", "resume")]
+    # a check that does not probe GPUs never resumes a GPU drain
+    other = [CheckResult(check="storage", kind="node", node="gpu01", ok=True, message="/shared writable")]
+    assert plan_actions(other, view, {("node", "storage"): Policy()}) == []
