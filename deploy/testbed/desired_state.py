@@ -212,7 +212,7 @@ def patches_yaml(s: dict[str, Any]) -> str:
 
 
 def checks_yaml(s: dict[str, Any]) -> str:
-    """checks.yaml: node checks the testbed can pass (no nvidia-smi here, so no GPU check)."""
+    """checks.yaml: node checks the testbed can pass (GPU checks are the tests' business: the GPUs are stand-ins)."""
     return header("node checks") + f"""checks:
   node:
     - name: testbed-basics

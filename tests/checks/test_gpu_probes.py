@@ -50,8 +50,11 @@ def planted_row(machine: Path, **cells: str) -> Section:
 
 
 def old_fields_row(machine: Path) -> Section:
-    """The real row re-read under the old field list (`clocks_throttle_reasons.active`, no fabric.*): the same
-    values in the same order on this driver (h100 query-old-throttle.csv: the old name answers 0x...01 too)."""
+    """The old field list as the probe asks an older driver (`clocks_throttle_reasons.active`, no fabric.*):
+    recorded on the H200 (query-old-fields.txt); on the H100, the real new row cut to the old list (the same
+    values in the same order: h100 query-old-throttle.csv shows the old name answering 0x...01 too)."""
+    if (machine / "query-old-fields.txt").exists():
+        return Section("gpu", (machine / "query-old-fields.txt").read_text(), 0)
     sec = device_sections(machine)["gpu"]
     _, row = sec.output.strip().splitlines()
     values = [v.strip() for v in row.split(",")][: len(FIELDS["old"])]
@@ -105,13 +108,16 @@ PLANTED = [
                                                       for i, (_, m) in enumerate(PLANTED)])
 def test_planted_fault_in_a_real_row_fails_with_gpu_and_kind(machine: Path, fields: str, edit: dict[str, str],
                                                              message: str) -> None:
-    cells = {("clocks_event_reasons__active" if k == "REASONS" else k): v for k, v in edit.items()}
-    sec = planted_row(machine, **cells)
-    if fields == "old":
-        marker, row = sec.output.strip().splitlines()
-        new = dict(zip(FIELDS["new"], (v.strip() for v in row.split(",")), strict=True))
-        new["clocks_throttle_reasons.active"] = new["clocks_event_reasons.active"]
-        sec = Section("gpu", "# fields: old\n" + ", ".join(new[f] for f in FIELDS["old"]) + "\n", 0)
+    if fields == "new":
+        sec = planted_row(machine, **{("clocks_event_reasons__active" if k == "REASONS" else k): v
+                                      for k, v in edit.items()})
+    else:
+        marker, row = old_fields_row(machine).output.strip().splitlines()
+        values = [v.strip() for v in row.split(",")]
+        for name, value in edit.items():
+            field = "clocks_throttle_reasons.active" if name == "REASONS" else name.replace("__", ".")
+            values[FIELDS["old"].index(field)] = value
+        sec = Section("gpu", f"{marker}\n{', '.join(values)}\n", 0)
     items, _ = judge.query_items(FULL, sec)
     faults = [i for i in items if not i.ok]
     assert [i.message for i in faults] == [message]
@@ -436,3 +442,18 @@ def test_gpu_drain_reason_and_ownership() -> None:
     # a check that does not probe GPUs never resumes a GPU drain
     other = [CheckResult(check="storage", kind="node", node="gpu01", ok=True, message="/shared writable")]
     assert plan_actions(other, view, {("node", "storage"): Policy()}) == []
+
+
+def test_testbed_standins_embed_the_recorded_h200_byte_for_byte() -> None:
+    """The STAND-IN nvidia-smi and dmesg replay the H200 recording: their embedded copies match the fixtures."""
+    import ast
+
+    def constant(path: Path, name: str) -> str:
+        tree = ast.parse(path.read_text())
+        [node] = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == name]
+        return str(ast.literal_eval(node.value))
+
+    marker, row = device_sections(H200)["gpu"].output.strip().splitlines()
+    assert constant(STANDIN, "RECORDED_ROW") == row
+    assert constant(STANDIN, "RECORDED_FIELDS") == ",".join(FIELDS[marker.split(": ")[1]])
+    assert constant(STANDIN.with_name("dmesg"), "RECORDED") == (H200 / "dmesg-nvrm.txt").read_text()
