@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -16,6 +17,7 @@ import structlog
 
 from reconciler import clock, notify
 from reconciler.backend.base import Transport
+from reconciler.checks import store as check_store
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.logs import redact_url_credentials
@@ -94,6 +96,8 @@ class Reconciler:
         self._source_down_sent = False
         head = store.get("head_status") or {}
         metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
+        with contextlib.suppress(sqlite3.Error):  # a restart keeps the GPU faults of the latest results too
+            metrics.set_gpu_faults(check_store.latest(store.conn))
 
     # ------------------------------------------------------------ what to reconcile
 
@@ -439,6 +443,7 @@ class Reconciler:
             self.metrics.record_check(result.check, result.node, result.ok, result.value, result.gpu_seconds)
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
+        self.metrics.set_gpu_faults(check_store.latest(store.conn))
 
     def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None) -> None:
         """Keep Slurm's draining/drained nodes and their reasons for the status page (not when Slurm did not answer)."""

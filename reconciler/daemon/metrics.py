@@ -2,6 +2,9 @@
 
 The listener serves `/metrics` and, when the daemon gives it one, the read-only status page at `/`; it answers
 GET and HEAD only.
+
+GPU faults (`reconciler_gpu_fault{node,gpu,kind}`, and the status page's table) are read from the latest result of
+every node check (`gpu_faults`): a failed item whose message `reconciler.checks.gpu.judge.fault_of` reads.
 """
 
 from __future__ import annotations
@@ -10,13 +13,54 @@ import socket
 import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from reconciler.checks.gpu.judge import fault_of
 from reconciler.engine.plan import Change
+
+if TYPE_CHECKING:
+    from reconciler.checks.results import CheckResult
+
+
+@dataclass(frozen=True)
+class GpuFault:
+    """One GPU fault in the latest result of a node check: gpu '' for the node's GPUs as a whole."""
+
+    node: str
+    gpu: str
+    kind: str
+    message: str
+    check: str
+    started: datetime
+
+
+def gpu_faults(results: Iterable[CheckResult]) -> list[GpuFault]:
+    """The GPU faults in RESULTS (the latest result of each check on each node), sorted by node, GPU and kind.
+
+    Node checks only; a detail line is `<status>: <message>` and only `fail` items whose message is a GPU fault
+    count, so a fault goes away with the next result that no longer reports it.
+    """
+    faults = []
+    for result in results:
+        if result.kind != "node":
+            continue
+        for line in result.details:
+            status, sep, message = line.partition(": ")
+            found = fault_of(message) if sep and status == "fail" else None
+            if found is not None:
+                faults.append(GpuFault(result.node, found[0], found[1], message, result.check, result.started))
+    return sorted(faults, key=lambda f: (f.node, _gpu_order(f.gpu), f.kind, f.check))
+
+
+def _gpu_order(gpu: str) -> tuple[int, int, str]:
+    """GPU 2 before GPU 10; the node's GPUs as a whole ('') first, PCI addresses last."""
+    return (1, int(gpu), "") if gpu.isdigit() else (0 if gpu == "" else 2, 0, gpu)
 
 
 class Metrics:
@@ -58,6 +102,9 @@ class Metrics:
         self.rollout_waves = Gauge("reconciler_rollout_waves", "How many waves the rollout in flight has", registry=r)
         self.rollbacks = Counter("reconciler_rollbacks", "Commits rolled back, by the gate that failed",
                                  ["gate"], registry=r)
+        self.gpu_fault = Gauge("reconciler_gpu_fault", "1 for each GPU fault in the latest result of a node check "
+                               "(gpu: its index, empty for the node's GPUs as a whole; kind: xid, ecc, nvlink, ...)",
+                               ["node", "gpu", "kind"], registry=r)
 
     def serve(self, listen: str, page: Callable[[], str] | None = None) -> Any:
         """Serve /metrics (and PAGE's HTML at /) on host:port in a background thread; return the server."""
@@ -84,6 +131,13 @@ class Metrics:
         for node, reason in drained.items():
             by = "reconciler" if (reason or "").startswith("reconciler:") else "other"
             self.drained.labels(node=node, by=by).set(1)
+
+    def set_gpu_faults(self, results: Iterable[CheckResult]) -> None:
+        """Set the GPU fault gauge from the latest check results (`store.latest`): only faults present are exported."""
+        faults = {(f.node, f.gpu, f.kind) for f in gpu_faults(results)}
+        self.gpu_fault.clear()
+        for node, gpu, kind in sorted(faults):
+            self.gpu_fault.labels(node=node, gpu=gpu, kind=kind).set(1)
 
     def set_commit(self, info: Info, commit: str | None, subject: str | None = None) -> None:
         """Set a commit info metric."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.daemon.logs import scrub
+from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
 
 DRAINED_KEY = "drained_nodes"  # meta key: {"at": unix time, "nodes": [{"node", "state", "reason"}]}
@@ -75,6 +76,7 @@ class Snapshot:
     runs: list[RunRecord] = field(default_factory=list)
     drift: list[DriftRecord] = field(default_factory=list)
     failing: list[FailingCheck] = field(default_factory=list)
+    gpu_faults: list[GpuFault] = field(default_factory=list)  # in the latest node check results
     drained: list[DrainedNode] = field(default_factory=list)
     drained_at: float | None = None
     busbw: dict[str, dict[str, list[BusbwPoint]]] = field(default_factory=dict)  # check -> node -> points
@@ -101,8 +103,9 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.drained_at = drained.get("at")
         snap.drained = [DrainedNode(d["node"], d["state"], d.get("reason")) for d in drained.get("nodes", [])]
         if store.conn.execute("SELECT 1 FROM sqlite_master WHERE name='check_results'").fetchone():
-            snap.failing = [FailingCheck(r.check, r.node, r.message, r.started)
-                            for r in check_store.latest(store.conn) if not r.ok]
+            latest = check_store.latest(store.conn)
+            snap.failing = [FailingCheck(r.check, r.node, r.message, r.started) for r in latest if not r.ok]
+            snap.gpu_faults = gpu_faults(latest)
             for (check, node), points in check_store.busbw_series(store.conn, MAX_POINTS).items():
                 snap.busbw.setdefault(check, {})[node] = [BusbwPoint(w, v, ok) for w, v, ok in points]
     finally:
@@ -279,6 +282,16 @@ def _checks_section(s: Snapshot) -> str:
     return f'<section id="checks"><h2>Failing checks</h2>{body}</section>'
 
 
+def _gpu_faults_section(s: Snapshot) -> str:
+    """The GPU faults of the latest node check results; nothing at all when there are none."""
+    if not s.gpu_faults:
+        return ""
+    rows = [[_t(f.node), _t(f.gpu) if f.gpu else '<span class="muted">all</span>', _t(f.kind), _t(f.message),
+             _t(f.check), _when(f.started.timestamp(), s.generated)] for f in s.gpu_faults]
+    table = _table(["node", "GPU", "kind", "message", "check", "checked"], rows, "gpu-faults")
+    return f'<section id="gpu-faults"><h2>GPU faults</h2>{table}</section>'
+
+
 def _drained_section(s: Snapshot) -> str:
     rows = [[_t(d.node), _t(d.state), _t(d.reason or ""), "reconciler" if d.ours else "someone else"]
             for d in s.drained]
@@ -373,7 +386,8 @@ def render(snapshot: Snapshot) -> str:
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snapshot.generated))
     body = "".join([_source_section(snapshot), _rollout_section(snapshot), _runs_section(snapshot),
                     _drift_section(snapshot),
-                    _checks_section(snapshot), _drained_section(snapshot), _busbw_section(snapshot)])
+                    _checks_section(snapshot), _gpu_faults_section(snapshot), _drained_section(snapshot),
+                    _busbw_section(snapshot)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta http-equiv="refresh" content="30"><title>reconciler status</title>'
             f"<style>{STYLE}</style></head><body><header><h1>reconciler status</h1>"

@@ -332,6 +332,55 @@ def test_scheduled_checks_drain_and_resume_with_metrics(dbed: DaemonBed) -> None
         daemon.stop()
 
 
+GPU_CHECKS = """\
+checks:
+  node:
+    - name: gpu-health
+      nodes: "gpu[01-02]"
+      interval: 5s
+      gpus: {count: 8, model: H200, driver: "580.", pcie: {gen: 5, width: 16}, nvlinks: 18}
+"""
+
+
+def test_daemon_drains_an_xid_79_within_one_check_interval_and_resumes(dbed: DaemonBed) -> None:
+    """Issue 23 through the daemon: the stand-in replays an XID 79 on gpu02; the next scheduled check drains it
+    `reconciler: gpu 3 xid 79 (fallen off the bus)` (metric, status page), gpu01 stays up; the healthy replay
+    resumes it."""
+    faults = "/etc/reconciler-standin/gpu-faults"
+    daemon = dbed.daemon()
+
+    def line(node: str) -> str:
+        return dbed.bed.exec("ctl", f"scontrol show node {node} -o").stdout
+
+    try:
+        daemon.wait_applied(dbed.remote.head())
+        dbed.remote.commit("gpu health every 5s", {"checks.yaml": lambda _: GPU_CHECKS})
+        daemon.wait_for("gpu checks pass", lambda: 'reconciler_check_ok{check="gpu-health",node="gpu02"} 1.0'
+                        in scrape(daemon), timeout=60)
+        dbed.bed.exec("gpu02", f"mkdir -p /etc/reconciler-standin && echo 'xid79 3' > {faults}")
+        planted = time.monotonic()
+        daemon.wait_for("gpu02 drained", lambda: "Reason=reconciler: gpu 3 xid 79 (fallen off the bus)" in line("gpu02"),
+                        timeout=60)
+        took = time.monotonic() - planted
+        print(f"\nXID 79 planted -> gpu02 drained in {took:.1f}s (check interval 5s)")
+        assert took < 5 + 5  # one interval, plus the probe and the drain themselves
+        assert "DRAIN" not in line("gpu01")
+        metrics = scrape(daemon)
+        assert 'reconciler_gpu_fault{gpu="3",kind="xid",node="gpu02"} 1.0' in metrics, metrics
+        assert 'node="gpu01"' not in "".join(m for m in metrics.splitlines() if m.startswith("reconciler_gpu_fault"))
+        listen = json.loads(daemon.config.read_text())["metrics_listen"]
+        with urllib.request.urlopen(f"http://{listen}/", timeout=10) as response:
+            page = response.read().decode()
+        assert "gpu 3 xid 79 (fallen off the bus)" in page
+        dbed.bed.exec("gpu02", f": > {faults}")
+        daemon.wait_for("gpu02 resumed", lambda: "DRAIN" not in line("gpu02"), timeout=60)
+        daemon.wait_for("fault metric gone", lambda: "reconciler_gpu_fault{" not in scrape(daemon), timeout=30)
+    finally:
+        dbed.bed.exec("gpu02", f"rm -f {faults}")
+        dbed.remote.commit("no scheduled checks", {"checks.yaml": lambda _: "checks: {}\n"})
+        daemon.stop()
+
+
 def test_daemon_keeps_one_pr_comment_current(dbed: DaemonBed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Forge configured: the daemon plans an open PR against its live facts and edits one comment per push;
     the PR is never applied and the token never logged."""
