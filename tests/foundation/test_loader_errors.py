@@ -290,7 +290,7 @@ def test_cli_validate_exit_code_and_stream(example_copy: Path) -> None:
     result = CliRunner().invoke(main, ["validate", str(example_copy)])
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert "checks.yaml:18:" in result.stderr
+    assert "checks.yaml:33:" in result.stderr
 
 
 def test_not_a_directory(tmp_path: Path) -> None:
