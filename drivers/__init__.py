@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reconciler.drivers.accounting import AccountingDriver
 from reconciler.drivers.base import Driver
 from reconciler.drivers.enroot_images import EnrootImagesDriver
 from reconciler.drivers.managed_files import ManagedFilesDriver
@@ -17,7 +18,7 @@ from reconciler.drivers.slurm_config import SlurmConfigDriver
 def all_drivers() -> list[Driver]:
     """Every driver, in apply order."""
     return [NfsExportsDriver(), MountsDriver(), MungeKeyDriver(), SlurmConfigDriver(), ManagedFilesDriver(),
-            ServicesDriver(), PatchesDriver(), EnrootImagesDriver(), NodeStateDriver()]
+            ServicesDriver(), PatchesDriver(), EnrootImagesDriver(), NodeStateDriver(), AccountingDriver()]
 
 
 __all__ = ["Driver", "all_drivers"]

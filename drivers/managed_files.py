@@ -2,7 +2,9 @@
 
 A changing file carries its `notify:` entries as follow-ups (reconciler/engine/followups.py) on its Change;
 the engine merges them, so a command or restart that several files ask for runs once per node. Secret
-files are compared by sha256 only: their content is never gathered, diffed or shown.
+files are compared by sha256 only: their content is never gathered, diffed or shown. An age-encrypted source
+(`.age`) is a secret decrypted on the login node before planning (reconciler/agesecrets.py); a pull request's
+plan never decrypts and compares ciphertexts with the main branch's instead (`encrypted_change`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,47 @@ def secret_change(driver: str, node: str, item: ManagedFile, fact: FileFact | No
                   summary=summary, diff=None if same else secret_diff(path, node, fact.sha256, desired))
 
 
+def encrypted_change(ctx: Context, driver: str, node: str, item: ManagedFile, fact: FileFact | None,
+                     phase: int) -> Change:
+    """An age-encrypted file that was not decrypted. The cluster's own plan: an error (no identity, nothing to
+    compare). A pull request's plan (which never decrypts): compared by ciphertext with the main branch's entry
+    for the same path and node; a different ciphertext is shown as a secret change (it may be the same plaintext
+    re-encrypted), an equal one leaves the content as main has it and compares mode, owner and group only."""
+    path = item.path
+    if ctx.read_secrets:
+        from reconciler.agesecrets import NO_IDENTITY
+
+        return Change(node=node, driver=driver, resource=path, action="error", phase=phase,
+                      summary=f"{path}: {item.source} not decrypted, cannot compare: {NO_IDENTITY}")
+    enc, base = item._age, ctx.base
+    if enc is None or base is None:
+        return Change(node=node, driver=driver, resource=path, action="unknown", phase=phase,
+                      summary=f"{path} (secret {item.source}: not decrypted in a pull request's plan: not compared)")
+    old = next((b._age for b in base.files if b.path == path and b.encrypted and b._age is not None
+                and selects(base, b, node)), None)
+    exists = fact is not None and fact.exists
+    if old is not None and old.sha256 == enc.sha256:
+        meta = [f"{k} {getattr(fact, k)} -> {v}" for k, v in (("mode", item.mode), ("owner", item.owner),
+                                                              ("group", item.group)) if getattr(fact, k) != v]
+        if not exists:
+            return Change(node=node, driver=driver, resource=path, action="create", phase=phase,
+                          summary=f"create {path} (secret unchanged by this pull request; missing on the node)")
+        if meta:
+            return Change(node=node, driver=driver, resource=path, action="update", phase=phase,
+                          summary=f"update {path} (secret unchanged by this pull request; {', '.join(meta)})")
+        return Change(node=node, driver=driver, resource=path, action="ok", phase=phase,
+                      summary=f"{path} (secret unchanged by this pull request)")
+    was = old.fingerprint if old is not None else "none on main"
+    diff = (f"--- {node}:{path} (main)\n+++ {node}:{path} (this pull request)\n"
+            f"@@ secret: content not shown; not decrypted in a pull request's plan @@\n"
+            + (f"-<age ciphertext {old.fingerprint}>\n" if old is not None else "")
+            + f"+<age ciphertext {enc.fingerprint}>\n")
+    return Change(node=node, driver=driver, resource=path, action="update" if exists else "create", phase=phase,
+                  summary=f"{'update' if exists else 'create'} {path} (secret changed in this pull request: "
+                  f"ciphertext {was} -> {enc.fingerprint}; not decrypted here, so not compared with the node)",
+                  diff=diff)
+
+
 class ManagedFilesDriver:
     """Keeps whole files (inline, from the repository, or templated per node) and notifies what follows."""
 
@@ -82,6 +125,11 @@ class ManagedFilesDriver:
         changes = []
         for item in self._files(ctx, node):
             desired = render(ctx.state, item, node)
+            if desired is None and item.encrypted:
+                changes.append(encrypted_change(ctx, self.name, node, item, facts.files.get(item.path), self.phase))
+                if changes[-1].changing:
+                    changes[-1].followups = self.notified(ctx, node, item, facts)
+                continue
             if desired is None:
                 changes.append(Change(node=node, driver=self.name, resource=item.path, action="error",
                                       phase=self.phase, summary=f"{item.path}: source {item.source} was not read"))

@@ -1,4 +1,5 @@
-"""Driver for the munge key: one key, read where the reconciler runs (never from Git), on every Slurm node.
+"""Driver for the munge key: one key, read where the reconciler runs (never from Git in the clear: a `key_age`
+file of the repository is age-encrypted and decrypted on the login node), on every Slurm node.
 
 The key is compared by sha256 only (a hash-only file fact: the node's key never travels back), shown as a
 fingerprint (`munge key sha256:<16 hex>`), and written with the remote writer (temp + fsync + rename, 0400
@@ -67,13 +68,22 @@ def fingerprint(sha256: str | None) -> str:
 
 def describe_source(munge: Munge) -> str:
     """The key's source in words: `key_file /etc/reconciler/munge.key` or `key_env MUNGE_KEY_B64`."""
+    if munge.key_age:
+        return f"key_age {munge.key_age}"
     return f"key_file {munge.key_file}" if munge.key_file else f"key_env {munge.key_env}"
 
 
 def read_key(munge: Munge, environ: Mapping[str, str] | None = None) -> MungeKey:
-    """Read the key from its file or environment variable on this machine; MungeKeyError names what is wrong."""
+    """Read the key from its file or environment variable on this machine, or take it as decrypted from its
+    key_age file (agesecrets.unlock, with the login node's age identity); MungeKeyError names what is wrong."""
     source = describe_source(munge)
-    if munge.key_file:
+    if munge.key_age:
+        if munge._key is None:
+            from reconciler.agesecrets import NO_IDENTITY
+
+            raise MungeKeyError(f"munge key ({source}): not decrypted: {NO_IDENTITY}")
+        data = munge._key
+    elif munge.key_file:
         try:
             with open(munge.key_file, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)

@@ -14,7 +14,7 @@ if __name__ == "__main__":  # `python -m reconciler.cli`: start as the console s
 import click  # noqa: E402 - after startup.begin
 
 from reconciler import __version__
-from reconciler.cli_support import DEFAULT_DIR, load_or_exit
+from reconciler.cli_support import DEFAULT_DIR, load_or_exit, unlock_or_exit
 from reconciler.hostlist import HostlistError, expand
 from reconciler.render import MANAGED_FILES, managed_files_for, render_file
 from reconciler.render.files import UnknownNodeError
@@ -33,6 +33,7 @@ class _LazyGroup(click.Group):
             _LazyGroup.registered = True
             _register_daemon()
             _register_checks()
+            _register_secrets()
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """A command by name; the lazily attached ones are imported when the name is not one of ours."""
@@ -97,10 +98,12 @@ def schema() -> None:
     click.echo(json.dumps(desired_state_json_schema(), indent=2, sort_keys=False))
 
 
-def _open(directory: str, limit: str | None, forks: int | None):  # type: ignore[no-untyped-def]
+def _open(directory: str, limit: str | None, forks: int | None,  # type: ignore[no-untyped-def]
+          age_identity: str | None = None, need_secrets: bool = False):
     from reconciler.engine.run import open_reconcile
 
     loaded = load_or_exit(directory)
+    unlock_or_exit(loaded, directory, age_identity, need_secrets)
     startup.settle()
     try:
         return open_reconcile(loaded, limit=limit, forks=forks)
@@ -111,6 +114,10 @@ def _open(directory: str, limit: str | None, forks: int | None):  # type: ignore
 
 LIMIT = click.option("--limit", default=None, help="Only these nodes (Slurm hostlist, e.g. gpu[01-04]).")
 FORKS = click.option("--forks", type=int, default=None, help="Parallel SSH connections (default: ssh.forks).")
+AGE_IDENTITY = click.option("--age-identity", default=None, envvar="RECONCILER_AGE_IDENTITY", show_envvar=True,
+                            type=click.Path(dir_okay=False),
+                            help="age identity file that decrypts the desired state's .age files (age-keygen or "
+                                 "`reconciler secret keygen` output, or an OpenSSH ed25519 key).")
 
 
 @main.command()
@@ -137,7 +144,9 @@ def facts(directory: str, limit: str | None, forks: int | None) -> None:
               help="One entry per node and resource, each with its own diff, instead of identical changes "
                    "folded by node set (JSON: the `changes` list of Change objects with a `node` each).")
 @FORKS
-def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node: bool, forks: int | None) -> None:
+@AGE_IDENTITY
+def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node: bool, forks: int | None,
+         age_identity: str | None) -> None:
     """Show what apply would change. Exit 0: no changes, 2: changes, 1: error or a node not reached (its state is
     unknown), like terraform -detailed-exitcode.
 
@@ -158,7 +167,7 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
             click.echo(f"error: --node takes one node name, not {node!r} (use --limit for a hostlist)", err=True)
             sys.exit(1)
         limit, per_node = names[0], True
-    run = _open(directory, limit, forks)
+    run = _open(directory, limit, forks, age_identity)
     if node is not None and limit not in run.ctx.specs:
         run.close()
         click.echo(f"error: node {node!r} is not in the inventory of {directory}", err=True)
@@ -198,8 +207,10 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
 @click.option("--previous", default=None, type=click.Path(file_okay=False, exists=True),
               help="The desired state the cluster had before (e.g. a checkout of the last applied commit): "
                    "a failed gate rolls the waves back to it. Without it a failed gate stops the rollout.")
+@AGE_IDENTITY
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
-          max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None) -> None:
+          max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None,
+          age_identity: str | None) -> None:
     """Show the plan, ask, then apply it, wave by wave as the desired state's `rollout:` says (each wave gated;
     a failed gate rolls back to --previous). Exit 0 when everything applied, 1 on any failure, rollback or
     unreachable node (the reachable nodes are still applied)."""
@@ -207,8 +218,10 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     from reconciler.engine.report import render_text
     from reconciler.rollout.runner import annotate
 
-    run = _open(directory, limit, forks)
     old = load_or_exit(previous) if previous else None
+    if old is not None and previous is not None:
+        unlock_or_exit(old, previous, age_identity, True)
+    run = _open(directory, limit, forks, age_identity, need_secrets=True)
     try:
         run.gather()
         result = run.plan()
@@ -276,6 +289,14 @@ def _register_checks() -> None:
 
     main.add_command(nccl)
     main.add_command(check)
+
+
+def _register_secrets() -> None:
+    """Attach `reconciler secret` (age-encrypted files of the desired state)."""
+    from reconciler.secrets_cli import secret
+
+    main.add_command(secret)
+
 
 if __name__ == "__main__":
     main()

@@ -30,3 +30,27 @@ def load_or_exit(directory: str) -> LoadedState:
         return load_dir(directory)
     except DesiredStateError as exc:
         exit_with_errors(exc, f"{directory}; nothing was applied.")
+
+
+def unlock_or_exit(loaded: LoadedState, directory: str, identity: str | None, required: bool) -> None:
+    """Decrypt the state's age-encrypted files with the IDENTITY file (else RECONCILER_AGE_IDENTITY), or print
+    why not (file:line) and exit 1. Without an identity: exit 1 when REQUIRED (apply), else leave them encrypted
+    (a plan shows them as errors: not compared)."""
+    from reconciler.agesecrets import AgeError, has_encrypted, identity_path, load_identities, require_identity, unlock
+
+    if not has_encrypted(loaded.state):
+        return
+    path = identity_path(identity)
+    try:
+        if path is None:
+            if required:
+                require_identity(loaded)
+            return
+        try:
+            identities = load_identities(path)
+        except AgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        unlock(loaded, identities, path)
+    except DesiredStateError as exc:
+        exit_with_errors(exc, f"{directory}; nothing was applied.")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import difflib
+from collections.abc import Iterable, Iterator, Sequence
 
 from reconciler import hostlist, targets
 from reconciler import params as slurm_params
 from reconciler import values as value_rules
 from reconciler.inventory import node_specs
-from reconciler.model import DesiredState, SlurmScalar
+from reconciler.model import AccountSpec, DesiredState, SlurmScalar, UserSpec
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -255,6 +256,54 @@ def _slurm_params(state: DesiredState) -> Iterator[Problem]:
             "and nothing is added for you)")
 
 
+def _accounting(state: DesiredState) -> Iterator[Problem]:
+    """Names unique; parents, accounts and QOS referred to are declared (or are Slurm's own root and normal)."""
+    acct = state.accounting
+    if acct is None:
+        return
+    for kind, names in (("qos", [q.name for q in acct.qos]), ("accounts", [a.name for a in acct.accounts]),
+                        ("users", [u.name for u in acct.users])):
+        seen: dict[str, int] = {}
+        for index, name in enumerate(names):
+            if name in seen:
+                yield ("accounting", kind, index, "name"), f"{name!r} is listed twice (also {kind}[{seen[name]}])"
+            seen.setdefault(name, index)
+    accounts = {a.name for a in acct.accounts if a.state == "present"} | {"root"}
+    qos = {q.name for q in acct.qos if q.state == "present"} | {"normal"}
+
+    def near(name: str, known: set[str]) -> str:
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        return f" (did you mean {close[0]}?)" if close else ""
+
+    for index, account in enumerate(acct.accounts):
+        if account.state == "present" and account.parent not in accounts:
+            yield (("accounting", "accounts", index, "parent"),
+                   f"parent {account.parent!r} is not an account here{near(account.parent, accounts)}")
+    owner_lists: list[tuple[str, Sequence[AccountSpec | UserSpec]]] = [("accounts", acct.accounts),
+                                                                        ("users", acct.users)]
+    for kind, owners in owner_lists:
+        for index, owner in enumerate(owners):
+            if owner.state != "present":
+                continue
+            for field, names in (("qos", owner.qos or []), ("default_qos", [owner.default_qos] if owner.default_qos
+                                                            else [])):
+                for name in names:
+                    if name not in qos:
+                        yield (("accounting", kind, index, field), f"QOS {name!r} is not a QOS here{near(name, qos)}")
+    for index, spec in enumerate(acct.qos):
+        for name in spec.preempt or []:
+            if name not in qos:
+                yield ("accounting", "qos", index, "preempt"), f"QOS {name!r} is not a QOS here{near(name, qos)}"
+    for index, user in enumerate(acct.users):
+        if user.state != "present":
+            continue
+        for field, names in (("default_account", [user.default_account]), ("accounts", user.accounts)):
+            for name in names:
+                if name not in accounts:
+                    yield (("accounting", "users", index, field),
+                           f"account {name!r} is not an account here{near(name, accounts)}")
+
+
 def cross_check(state: DesiredState) -> list[Problem]:
     """Return every cross-reference problem as (key path, message)."""
     roles: dict[str, set[str]] = {}
@@ -263,4 +312,5 @@ def cross_check(state: DesiredState) -> list[Problem]:
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
-            *_others(state, known), *_files(state, known, roles), *targets.refusals(state)]
+            *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
+            *_accounting(state)]

@@ -209,13 +209,54 @@ def _pydantic_errors(exc: ValidationError, locations: dict[KeyPath, Location]) -
         path: KeyPath = tuple(p for p in err["loc"] if isinstance(p, int | str))
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = "unknown key (not allowed here)"
+            near = _near_keys(path)
+            message = "unknown key (not allowed here)" + (f" (did you mean {' or '.join(near)}?)" if near else "")
         elif err["type"] == "missing":
             message = "required key is missing"
         elif "input" in err and not isinstance(err["input"], dict | list) and err["type"] != "value_error":
             message += f" (got {err['input']!r})"
         out.append(ConfigError(_nearest(locations, path), path, message))
     return out
+
+
+def _near_keys(path: KeyPath) -> list[str]:
+    """The allowed keys closest to the unknown last key of PATH, from the schema models (for "did you mean")."""
+    import difflib
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from reconciler.model import DesiredState
+
+    def models(annotation: Any) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        origin = typing.get_origin(annotation)
+        if origin is None:
+            return []
+        args = typing.get_args(annotation)
+        if origin in (list, typing.Union, types.UnionType, typing.Annotated):
+            return [m for arg in (args[:1] if origin is typing.Annotated else args) for m in models(arg)]
+        if origin is dict and len(args) == 2:
+            return models(args[1])
+        return []
+
+    current: list[type[BaseModel]] = [DesiredState]
+    for part in path[:-1]:
+        if isinstance(part, int):
+            continue
+        found: list[type[BaseModel]] = []
+        for model in current:
+            field = model.model_fields.get(str(part))
+            if field is not None:
+                found += models(field.annotation)
+        current = found
+        if not current:
+            return []
+    names = sorted({name for model in current for name in model.model_fields}
+                   | {f.alias for model in current for f in model.model_fields.values() if f.alias})
+    return difflib.get_close_matches(str(path[-1]), names, n=2, cutoff=0.6) if path else []
 
 
 class _Pruned:
@@ -300,6 +341,7 @@ def _secrets_outside(state: DesiredState, root: Path) -> list[tuple[KeyPath, str
 
 def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | None = None) -> LoadedState:
     """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
+    from reconciler.agesecrets import read_munge_age  # never decrypts: ciphertext and its sha256 only
     from reconciler.crosscheck import cross_check  # late import: crosscheck needs the loaded model
     from reconciler.managed import read_sources
 
@@ -334,6 +376,9 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
                      if len(path) == 2 and path[0] == "files" and isinstance(path[1], int)}
         errors.extend(ConfigError(_nearest(locations, path), path, msg)
                       for path, msg in read_sources(state, root, yaml_file))
+        munge_at = locations.get(("munge",))
+        errors.extend(ConfigError(_nearest(locations, path), path, msg)
+                      for path, msg in read_munge_age(state, root, munge_at.file if munge_at else None))
     if errors:
         errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
         if len(errors) > MAX_ERRORS:

@@ -44,8 +44,8 @@ def render(state: DesiredState, item: ManagedFile, node: str) -> str | None:
 
 def read_sources(state: DesiredState, root: Path, yaml_file: dict[int, str]) -> list[tuple[KeyPath, str]]:
     """Read every `source:` of `files:` (relative to the directory of the YAML file that names it, inside
-    ROOT); return the problems as (key path, message). YAML_FILE maps a `files:` index to its YAML file,
-    relative to ROOT."""
+    ROOT; an `.age` one as ciphertext, not decrypted); return the problems as (key path, message).
+    YAML_FILE maps a `files:` index to its YAML file, relative to ROOT."""
     problems: list[tuple[KeyPath, str]] = []
     top = root.resolve()
     for index, item in enumerate(state.files):
@@ -62,6 +62,14 @@ def read_sources(state: DesiredState, root: Path, yaml_file: dict[int, str]) -> 
             continue
         if not target.is_file():
             problems.append((where, f"source {item.source!r}: no such file in the repository"))
+            continue
+        if item.encrypted:  # kept as ciphertext: decrypted on the login node only (agesecrets.unlock)
+            from reconciler.agesecrets import AgeError, read_encrypted
+
+            try:
+                item._age = read_encrypted(target, item.source)
+            except AgeError as exc:
+                problems.append((where, str(exc)))
             continue
         data = target.read_bytes()
         if len(data) > MAX_SOURCE_BYTES:

@@ -670,8 +670,10 @@ class ManagedFile(NodeSelection):
         default=None, alias="validate",
         description="Checks the new file before install; %s is its temp path, e.g. 'visudo -cf %s'")
     notify: list[Notify] = Field(default_factory=list, description="What must follow when the file changes")
-    secret: bool = Field(default=False, description="Never show the content: plans show a sha256 fingerprint")
-    _source_text: str | None = PrivateAttr(default=None)  # set by the loader from `source`
+    secret: bool = Field(default=False, description="Never show the content: plans show a sha256 fingerprint "
+                         "(implied by an age-encrypted source, one ending in .age)")
+    _source_text: str | None = PrivateAttr(default=None)  # set by the loader from `source` (.age: when decrypted)
+    _age: Any = PrivateAttr(default=None)  # an .age source as read, never decrypted: agesecrets.Encrypted
 
     _abs = field_validator("path")(lambda cls, v: _absolute(v))
     _mode = field_validator("mode", mode="before")(lambda cls, v: _octal_mode(v))
@@ -684,6 +686,19 @@ class ManagedFile(NodeSelection):
         if self.template and self.content is not None:
             template_fields(self.content)
         return self
+
+    @model_validator(mode="after")
+    def _encrypted_is_secret(self) -> ManagedFile:
+        if self.encrypted:
+            if not self.secret and "secret" in self.model_fields_set:
+                raise ValueError("an age-encrypted source (.age) is always secret: remove `secret: false`")
+            self.secret = True
+        return self
+
+    @property
+    def encrypted(self) -> bool:
+        """True when the source is an age-encrypted file of the repository (its name ends in .age)."""
+        return self.source is not None and self.source.endswith(AGE_SUFFIX)
 
     def text(self) -> str | None:
         """The file's text before templating: inline content, or the source file the loader read."""
@@ -703,6 +718,48 @@ class ManagedFile(NodeSelection):
             else:
                 out.append((match.group(1) or match.group(2), match.group(3), match.group(4) is not None))
         return out
+
+
+AGE_SUFFIX = ".age"  # a `source:` (or munge `key_age`) ending so is age-encrypted: reconciler/agesecrets.py
+_AGE_RECIPIENT = re.compile(r"^age1[02-9ac-hj-np-z]{58}$")  # bech32: x25519 recipient
+_SSH_RECIPIENT = re.compile(r"^ssh-ed25519 AAAAC3NzaC1lZDI1NTE5[A-Za-z0-9+/]+={0,2}( \S.*)?$")
+
+
+def _age_recipient(value: str) -> str:
+    """An age recipient: `age1...` (x25519, bech32, checksum checked) or an OpenSSH `ssh-ed25519 AAAA...` key."""
+    import pyrage  # late: only a state with recipients pays for it
+
+    if _AGE_RECIPIENT.match(value):
+        try:
+            pyrage.x25519.Recipient.from_str(value)
+        except pyrage.RecipientError:
+            raise ValueError("not a valid age recipient (bad bech32 checksum)") from None
+        return value
+    if _SSH_RECIPIENT.match(value):
+        try:
+            pyrage.ssh.Recipient.from_str(value)
+        except pyrage.RecipientError:
+            raise ValueError("not a valid ssh-ed25519 public key") from None
+        return value
+    raise ValueError("an age recipient is `age1...` (age-keygen, `reconciler secret keygen`) or an OpenSSH "
+                     "`ssh-ed25519 AAAA...` public key")
+
+
+class Secrets(Strict):
+    """Who can read the repository's age-encrypted files: `reconciler secret encrypt/edit` encrypt to these."""
+
+    recipients: list[Annotated[str, AfterValidator(_age_recipient)]] = Field(
+        default_factory=list, description="Public keys: `age1...` (x25519) or `ssh-ed25519 AAAA...`; include the "
+        "login node's (its age_identity) and each admin's")
+
+    @field_validator("recipients")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        seen = [" ".join(v.split()[:2]) for v in value]
+        twice = sorted({v for v in seen if seen.count(v) > 1})
+        if twice:
+            raise ValueError(f"recipient listed twice: {twice[0]}")
+        return value
 
 
 class ManagedService(NodeSelection):
@@ -946,18 +1003,137 @@ class Rollout(Strict):
 
 
 class Munge(Strict):
-    """Where the munge key comes from: the machine the reconciler runs on, never Git; exactly one source."""
+    """Where the munge key comes from: the login node (a file, a variable) or an age-encrypted file of the
+    repository decrypted there; exactly one source."""
 
     key_file: AbsPath | None = Field(default=None, description="A file on the machine running the reconciler "
                                      "(outside the desired-state repository), e.g. /etc/reconciler/munge.key")
     key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                 description="An environment variable of the reconciler holding the key in base64")
+    key_age: Text | None = Field(default=None, description="An age-encrypted file of this repository (ending in "
+                                 ".age, relative to the YAML file's directory), decrypted on the login node")
+    _age: Any = PrivateAttr(default=None)  # key_age as read, never decrypted by the loader: agesecrets.Encrypted
+    _key: bytes | None = PrivateAttr(default=None)  # key_age decrypted (agesecrets.unlock), else None
 
     @model_validator(mode="after")
     def _one_source(self) -> Munge:
-        if (self.key_file is None) == (self.key_env is None):
-            raise ValueError("set exactly one of key_file and key_env")
+        if sum(v is not None for v in (self.key_file, self.key_env, self.key_age)) != 1:
+            raise ValueError("set exactly one of key_file and key_env (or key_age: an age-encrypted file of the "
+                             "repository)")
+        if self.key_age is not None and not self.key_age.endswith(AGE_SUFFIX):
+            raise ValueError(f"key_age is an age-encrypted file whose name ends in {AGE_SUFFIX}")
         return self
+
+
+# ---------------------------------------------------------------- Slurm accounting (sacctmgr)
+
+_ACCT_NAME = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"  # Slurm keeps account and QOS names in lower case
+_USER_NAME = r"^[a-z_][a-z0-9_.-]{0,31}$"
+_TRES = re.compile(r"^[a-z]+(/[A-Za-z0-9_:.-]+)?=(-1|\d+[KMGTP]?)(,[a-z]+(/[A-Za-z0-9_:.-]+)?=(-1|\d+[KMGTP]?))*$")
+_WALL = re.compile(r"^(-1|UNLIMITED|\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|"
+                   r"\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+
+
+def _tres(value: str | None) -> str | None:
+    """A TRES list such as `gres/gpu=64,cpu=512` (-1 clears one)."""
+    if value is not None and not _TRES.match(value):
+        raise ValueError(f"not a TRES list (e.g. gres/gpu=8,cpu=64): {value!r}")
+    return value
+
+
+def _wall(value: str | None) -> str | None:
+    """A Slurm time limit: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or -1 / UNLIMITED."""
+    if value is not None and not _WALL.match(str(value)):
+        raise ValueError(f"not a Slurm time limit (e.g. 2-00:00:00, 04:00:00, 90): {value!r}")
+    return None if value is None else str(value)
+
+
+AcctName = Annotated[str, Field(pattern=_ACCT_NAME)]
+TresList = Annotated[str | None, AfterValidator(_tres)]
+WallTime = Annotated[str | int | None, AfterValidator(_wall)]
+
+
+class AssocLimits(Strict):
+    """Limits of an association (account or user), as sacctmgr names them; unset ones are left as they are."""
+
+    GrpTRES: TresList = Field(default=None, description="e.g. gres/gpu=64,cpu=1024 (all jobs together)")
+    GrpJobs: int | None = Field(default=None, ge=-1)
+    GrpSubmitJobs: int | None = Field(default=None, ge=-1)
+    GrpWall: WallTime = None
+    MaxJobs: int | None = Field(default=None, ge=-1)
+    MaxSubmitJobs: int | None = Field(default=None, ge=-1)
+    MaxWall: WallTime = Field(default=None, description="Per job, e.g. 2-00:00:00")
+    MaxTRESPerJob: TresList = None
+    MaxTRESPerNode: TresList = None
+
+
+class QosLimits(Strict):
+    """Limits of a QOS, as sacctmgr names them; unset ones are left as they are."""
+
+    GrpTRES: TresList = None
+    GrpJobs: int | None = Field(default=None, ge=-1)
+    MaxTRESPerJob: TresList = None
+    MaxTRESPerNode: TresList = None
+    MaxTRESPerUser: TresList = Field(default=None, description="e.g. gres/gpu=8")
+    MaxJobsPerUser: int | None = Field(default=None, ge=-1)
+    MaxSubmitJobsPerUser: int | None = Field(default=None, ge=-1)
+    MaxWall: WallTime = None
+
+
+class QosSpec(Strict):
+    """A QOS: priority, preemption, flags and limits."""
+
+    name: AcctName
+    description: Text | None = None
+    priority: int | None = Field(default=None, ge=0)
+    preempt: list[AcctName] | None = Field(default=None, description="QOS this one may preempt")
+    preempt_mode: Literal["cluster", "cancel", "requeue", "suspend", "off"] | None = None
+    flags: list[Literal["DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS",
+                        "PartitionMaxNodes", "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation",
+                        "UsageFactorSafe"]] | None = None
+    usage_factor: float | None = Field(default=None, ge=0)
+    limits: QosLimits = Field(default_factory=QosLimits)
+    state: Literal["present", "absent"] = "present"
+
+
+class AccountSpec(Strict):
+    """An account: where it sits in the tree, its fair-share, QOS and limits."""
+
+    name: AcctName
+    parent: AcctName = "root"
+    description: Text | None = None
+    organization: Text | None = None
+    fairshare: int | Literal["parent"] | None = Field(default=None, description="Share of the parent's")
+    qos: list[AcctName] | None = Field(default=None, description="QOS its jobs may use")
+    default_qos: AcctName | None = None
+    limits: AssocLimits = Field(default_factory=AssocLimits)
+    state: Literal["present", "absent"] = "present"
+
+
+class UserSpec(Strict):
+    """A user: default account, other accounts, admin level, and the limits of each of its associations."""
+
+    name: Annotated[str, Field(pattern=_USER_NAME)]
+    default_account: AcctName
+    accounts: list[AcctName] = Field(default_factory=list, description="Accounts besides the default one")
+    admin_level: Literal["None", "Operator", "Administrator"] | None = None
+    fairshare: int | Literal["parent"] | None = None
+    qos: list[AcctName] | None = None
+    default_qos: AcctName | None = None
+    limits: AssocLimits = Field(default_factory=AssocLimits)
+    state: Literal["present", "absent"] = "present"
+
+
+class Accounting(Strict):
+    """Slurm accounting kept as code: the account tree, users, QOS and limits (applied with `sacctmgr -i`)."""
+
+    prune: bool = Field(default=False, description="Remove accounts, users and QOS the desired state does not "
+                        "name (root and normal aside); off: they are left alone")
+    force_remove: bool = Field(default=False, description="Remove accounts and users even with running or "
+                               "pending jobs (off: such a removal is refused with the jobs named)")
+    qos: list[QosSpec] = Field(default_factory=list)
+    accounts: list[AccountSpec] = Field(default_factory=list)
+    users: list[UserSpec] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- the whole desired state
@@ -974,7 +1150,10 @@ class DesiredState(Strict):
     patches: list[Patch] = Field(default_factory=list)
     files: list[ManagedFile] = Field(default_factory=list, description="Whole managed files, with notify")
     services: list[ManagedService] = Field(default_factory=list, description="Wanted service states")
+    secrets: Secrets = Field(default_factory=Secrets, description="Recipients of the repository's age-encrypted files")
     checks: Checks = Field(default_factory=Checks)
+    accounting: Accounting | None = Field(default=None, description="Slurm accounting as code (sacctmgr): "
+                                          "accounts, users, QOS, limits; absent: not managed")
     rollout: Rollout = Field(default_factory=Rollout, description="How a change reaches the nodes: canary "
                              "waves gated by health with automatic rollback (default), or all at once")
     munge: Munge | None = Field(default=None, description="Distribute /etc/munge/munge.key to every Slurm node "

@@ -43,12 +43,14 @@ from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Forge, ForgeError, PullRequest, redact
 from reconciler.isolate import ChildFailed, LimitExceeded, Limits, run_limited
 from reconciler.loader import OVER_LIMITS, ConfigError, DesiredStateError, LoadedState, LoadLimits, Location, load_dir
+from reconciler.model import AGE_SUFFIX, DesiredState
 from reconciler.source import describe_source
 
 RENDER_VERSION = "2"  # bump when the comment's layout changes: every PR is re-commented once
 LOCAL_REF = "refs/reconciler/pr/{number}"
 MAX_FILE_BYTES = 4 << 20
 YAML_SUFFIXES = (".yaml", ".yml")
+EXPORTED_SUFFIXES = (*YAML_SUFFIXES, AGE_SUFFIX)  # .age: ciphertext, compared by sha256, never decrypted here
 DEFAULT_LIMITS = Limits()  # per PR: CPU time, memory, wall clock (the daemon's config may set others)
 NOT_GATHERED = "their facts were not gathered this cycle (the daemon reads what the main branch needs)"
 
@@ -143,7 +145,8 @@ def fetch_pr_head(repo: git.Repo, forge: Forge, number: int, remote: str = "orig
 
 
 def export_tree(repo: git.Repo, sha: str, subdir: str, dest: Path) -> Path:
-    """Write the YAML files under SUBDIR of commit SHA into DEST; return DEST.
+    """Write the YAML files (and the age-encrypted `.age` files, as ciphertext) under SUBDIR of commit SHA into
+    DEST; return DEST.
 
     Only regular files (Git modes 100644/100755) are written; symlinks and submodules are skipped so a PR
     cannot make the loader read a file outside its tree, and nothing is ever executed.
@@ -162,7 +165,7 @@ def export_tree(repo: git.Repo, sha: str, subdir: str, dest: Path) -> Path:
         if not isinstance(item, git.Blob) or item.mode not in (0o100644, 0o100755):
             continue
         rel = PurePosixPath(item.path).relative_to(prefix) if str(prefix) != "." else PurePosixPath(item.path)
-        if rel.suffix not in YAML_SUFFIXES or any(part in ("", ".", "..") for part in rel.parts):
+        if rel.suffix not in EXPORTED_SUFFIXES or any(part in ("", ".", "..") for part in rel.parts):
             continue
         if item.size > MAX_FILE_BYTES:
             raise DesiredStateError([ConfigError(Location(str(rel), 1, 1), (),
@@ -228,9 +231,10 @@ def _mark_not_gathered(plan: Plan, facts: ClusterFacts) -> set[str]:
 
 
 def plan_pull_request(loaded: LoadedState, facts: ClusterFacts, main_plan: Plan, drivers: Sequence[Driver],
-                      source: str) -> Plan:
-    """Plan LOADED against FACTS; flag as drift every change that main's plan has too."""
-    ctx = Context(loaded=loaded, source=source, facts=facts, read_secrets=False)
+                      source: str, base: DesiredState | None = None) -> Plan:
+    """Plan LOADED against FACTS; flag as drift every change that main's plan has too. Nothing is decrypted:
+    age-encrypted files are compared by ciphertext with BASE's (the main branch's desired state)."""
+    ctx = Context(loaded=loaded, source=source, facts=facts, read_secrets=False, base=base)
     plan = make_plan(ctx, drivers)
     if _mark_not_gathered(plan, facts):
         plan.followups = plan_followups(ctx, plan, drivers)  # again: changes resting on facts not gathered do not count
@@ -250,8 +254,8 @@ def plan_main(base: LoadedState, facts: ClusterFacts, drivers: Sequence[Driver])
 
 
 def _load_and_plan(root: Path, sha: str, subdir: str, facts: ClusterFacts, main_plan: Plan,
-                   drivers: Sequence[Driver], source: str,
-                   load_limits: LoadLimits | None) -> tuple[Status, list[str], Plan | None]:
+                   drivers: Sequence[Driver], source: str, load_limits: LoadLimits | None,
+                   base: DesiredState | None = None) -> tuple[Status, list[str], Plan | None]:
     """Validate and plan an exported PR tree: the part that runs the PR's input, isolated by the caller."""
     try:
         loaded = load_dir(root, commit=sha, limits=load_limits)
@@ -260,7 +264,7 @@ def _load_and_plan(root: Path, sha: str, subdir: str, facts: ClusterFacts, main_
         over = [e for e in errors if f": {OVER_LIMITS}: " in e]
         return ("limits", over, None) if over else ("invalid", errors, None)
     try:
-        return "ok", [], plan_pull_request(loaded, facts, main_plan, drivers, source)
+        return "ok", [], plan_pull_request(loaded, facts, main_plan, drivers, source, base)
     except Exception as exc:  # a renderer bug must not stop the other PRs
         return "error", [f"{type(exc).__name__}: {exc}"], None
 
@@ -287,7 +291,7 @@ def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts:
             result.status = "invalid"
             result.errors = _display_errors(exc, root, subdir)
             return result
-        args = (root, sha, subdir, facts, main_plan, drivers, f"{name} @ {sha[:12]}", load_limits)
+        args = (root, sha, subdir, facts, main_plan, drivers, f"{name} @ {sha[:12]}", load_limits, main_ctx.state)
         try:
             result.status, result.errors, result.plan = (
                 run_limited(_load_and_plan, args, limits) if limits is not None else _load_and_plan(*args))

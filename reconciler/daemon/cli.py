@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,7 +42,7 @@ def run(config_path: str | None, watch_dir: str | None, mode: str | None, state_
     if watch_dir and not config_path:
         data: dict[str, Any] = {"watch": str(Path(watch_dir).resolve()), "mode": mode or "enforce",
                                 "state_dir": state_dir or str(Path(watch_dir).resolve().parent / ".reconciler-state"),
-                                "metrics_listen": None}
+                                "metrics_listen": None, "age_identity": os.environ.get("RECONCILER_AGE_IDENTITY")}
         config = DaemonConfig.model_validate(data)
         path = None
     else:
@@ -57,6 +58,14 @@ def run(config_path: str | None, watch_dir: str | None, mode: str | None, state_
         config = DaemonConfig.model_validate({**config.model_dump(), **update})
     if metrics_listen:
         config = config.model_copy(update={"metrics_listen": None if metrics_listen == "off" else metrics_listen})
+    if config.age_identity is not None:  # an unreadable identity fails the start, naming the file (never a key)
+        from reconciler.agesecrets import AgeError, load_identities
+
+        try:
+            load_identities((path.parent if path else Path.cwd()) / config.age_identity)
+        except AgeError as exc:
+            click.echo(f"error: age_identity: {exc}", err=True)
+            sys.exit(2)
     if config.notifications is not None:
         from reconciler.notify import NotifyConfigError, check_targets
 

@@ -163,6 +163,8 @@ class DaemonConfig(Strict):
     ssh_idle_timeout: str | int = Field(default="10m", description="Persistent SSH sessions: a node connection unused "
                                         "this long is closed (0: a fresh connection per cycle, no persistence)")
     notifications: NotificationsConfig | None = None
+    age_identity: str | None = Field(default=None, description="age identity file (relative: to this file's "
+                                     "directory) that decrypts the desired state's .age files on this node")
 
     _durations = field_validator("poll_interval", "drift_interval", "drain_timeout",
                                  "ssh_idle_timeout")(lambda cls, v: _duration(v))

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from reconciler import clock, notify
+from reconciler.agesecrets import has_encrypted, load_identities, require_identity, unlock
 from reconciler.backend.base import Transport
 from reconciler.checks import store as check_store
 from reconciler.daemon.config import DaemonConfig
@@ -92,6 +93,9 @@ class Reconciler:
         self.background: Background | None = None
         self._connects_seen = 0
         self.notifier = Notifier(config.notifications, self.config_dir) if config.notifications else None
+        # The identity that decrypts the desired state's .age files (read once: `run` checked it can be read).
+        self.age_identity = str(self.config_dir / config.age_identity) if config.age_identity else None
+        self.age_identities = load_identities(self.age_identity) if self.age_identity else None
         self._source_failing_since: float | None = None  # first of the current run of failed fetches
         self._source_down_sent = False
         head = store.get("head_status") or {}
@@ -182,7 +186,7 @@ class Reconciler:
             return
         directory = self.source.checkout(head)
         try:
-            load_dir(directory, commit=head)
+            self._load(directory, commit=head)
         except DesiredStateError as exc:
             errors = [str(e) for e in exc.errors]
             self.store.start_run(run_id, "commit", self.config.mode, head, subject)
@@ -207,7 +211,7 @@ class Reconciler:
             self.state.seen_head = digest
             self.store.set("seen_head", digest)
             try:
-                load_dir(directory)
+                self._load(directory)
             except DesiredStateError as exc:
                 errors = [str(e) for e in exc.errors]
                 run_id = _run_id()
@@ -226,9 +230,20 @@ class Reconciler:
             return None, new
         return self._load_target(digest, None, directory), new
 
+    def _load(self, directory: Path, commit: str | None = None) -> LoadedState:
+        """Load a desired state and decrypt its .age files with `age_identity` (DesiredStateError, with file:line,
+        for a wrong key, a damaged file, or no identity configured: the commit is then invalid, nothing applied)."""
+        loaded = load_dir(directory, commit=commit)
+        if has_encrypted(loaded.state):
+            if self.age_identity is None or self.age_identities is None:
+                require_identity(loaded)
+            else:
+                unlock(loaded, self.age_identities, self.age_identity)
+        return loaded
+
     def _load_target(self, commit: str, subject: str | None, directory: Path) -> Target | None:
         try:
-            loaded = load_dir(directory, commit=None if commit.startswith("local:") else commit)
+            loaded = self._load(directory, commit=None if commit.startswith("local:") else commit)
         except DesiredStateError as exc:  # the good commit no longer loads (e.g. a file outside Git changed)
             self.log.error("target.invalid", commit=commit, errors=[str(e) for e in exc.errors])
             return None

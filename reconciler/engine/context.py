@@ -21,6 +21,7 @@ class Context:
     facts: ClusterFacts = field(default_factory=ClusterFacts)
     renders: dict[tuple[str, str], str] = field(default_factory=dict)  # node-independent files, per plan
     read_secrets: bool = True  # False for a pull request's plan: its YAML must not choose what secret we read
+    base: DesiredState | None = None  # a pull request's plan: the main branch's state (its .age ciphertexts)
 
     @property
     def state(self) -> DesiredState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -100,6 +102,8 @@ class ClusterFacts(BaseModel):
     jobs: list[JobFact] = Field(default_factory=list)
     controller: str | None = None
     slurm_view_error: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict, description="Cluster-wide facts a driver keeps under "
+                                  "its own name (plain JSON values)")
 
     def jobs_on(self, node: str) -> list[JobFact]:
         """Running jobs that use a node."""

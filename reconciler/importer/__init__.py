@@ -13,7 +13,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from reconciler import hostlist
 from reconciler import params as slurm_params
 from reconciler.facts.parsers import family_of
-from reconciler.importer import adopt
+from reconciler.importer import accounting, adopt
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
@@ -110,6 +110,22 @@ def _write(target: Path, data: bytes) -> None:
     tmp.replace(target)
 
 
+def _uses_slurmdbd(cluster: CommentedMap) -> bool:
+    """True when slurm.conf sends accounting to slurmdbd."""
+    params = cluster.get("slurm_conf") or {}
+    return str(params.get("AccountingStorageType", "")).endswith("slurmdbd")
+
+
+def _read_accounting(files: RemoteFiles, name: str, warnings: list[str]) -> CommentedMap | None:
+    """The accounting section of the imported node's database (sacctmgr there), or None with a warning."""
+    answer = files.transport.run(files.spec, accounting.accounting_command(name))
+    facts = accounting.parse_accounting(answer.stdout + answer.stderr) if answer.error is None else None
+    if facts is None or facts.error:
+        warnings.append(f"accounting: not imported ({answer.error or (facts.error if facts else '')})")
+        return None
+    return accounting.accounting_doc(facts, warnings)
+
+
 def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str | None,
                  source: str, options: AdoptOptions | None = None) -> ImportResult:
     """Convert the files that `files` reads and write cluster.yaml, nodes.yaml (and storage.yaml) into `out`;
@@ -157,6 +173,13 @@ def import_files(files: LocalFiles | RemoteFiles, out: Path, slurm_version: str 
     docs["cluster.yaml"].yaml_set_start_comment(f"Imported by `reconciler import` from {source}."
                                                 + (f"\n{adopted.munge_note}" if adopted.munge_note else ""))
     docs.update(adopted.docs)
+    if isinstance(files, RemoteFiles) and _uses_slurmdbd(cluster):
+        accounting = _read_accounting(files, str(cluster["name"]), result.warnings)
+        if accounting is not None:
+            docs["accounting.yaml"] = CommentedMap(accounting=accounting)
+            docs["accounting.yaml"].yaml_set_start_comment(
+                f"Slurm accounting (sacctmgr) of cluster {cluster['name']}, imported from {source}: QOS, accounts "
+                "and users with their limits.\nOnly what is named here is managed (accounting.prune: false).")
     if storage:
         docs["storage.yaml"] = CommentedMap(storage=storage)
         docs["storage.yaml"].yaml_set_start_comment(

@@ -1,0 +1,202 @@
+"""Accounting as code on the testbed: real slurmctld, slurmdbd and MariaDB, reached over real SSH (issue 24).
+
+From an empty database: QOS, an account tree and users applied with sacctmgr, a second plan empty; jobs as
+alice run in her account and a job over the account's MaxWall is refused by Slurm with the limit named; a hand
+edit is reported with its diff and healed by the daemon in enforce mode; removing bob while his job runs is
+refused with the job id and applied once it ended; `reconciler import` reads the accounting database back
+into a desired state whose first plan is a no-op.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import DaemonBed
+from tests.daemon.harness import GitRemote
+from tests.engine.conftest import Bed
+from tests.testbed_fixture import Testbed
+
+pytestmark = pytest.mark.testbed
+REPO = Path(__file__).resolve().parents[2]
+
+ACCOUNTING = """\
+accounting:
+  qos:
+    - name: high
+      priority: 100
+      limits: {MaxTRESPerUser: "gres/gpu=8"}
+  accounts:
+    - name: ml
+      description: machine learning
+      organization: research
+      fairshare: 10
+      qos: [high, normal]
+      limits: {MaxWall: "00:10:00", GrpTRES: "gres/gpu=16"}
+    - name: ml-vision
+      parent: ml
+      fairshare: 2
+  users:
+    - name: alice
+      default_account: ml
+      accounts: [ml-vision]
+    - name: bob
+      default_account: ml-vision
+"""
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The reconciler command line."""
+    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+
+
+@dataclass
+class AcctBed:
+    """The testbed with accounting, and the desired-state directory the tests edit."""
+
+    testbed: Testbed
+    desired: Path
+
+    def sacctmgr(self, *args: str) -> str:
+        """`sacctmgr -P -n ARGS` on ctl."""
+        return self.testbed.run("ctl", "sacctmgr -P -n " + " ".join(args), check=True).stdout
+
+    def assocs(self) -> set[str]:
+        """`account|user|parent|share|qos|maxwall|grptres` of every association, sorted lines."""
+        text = self.sacctmgr(f"show assoc cluster={self.testbed.name} format=Account,User,ParentName,Share,QOS,"
+                             "MaxWall,GrpTRES")
+        return {line for line in text.splitlines() if line.strip()}
+
+
+@pytest.fixture(scope="module")
+def abed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> AcctBed:
+    """A running testbed with slurmdbd on MariaDB; its desired state applied once (so only accounting differs)."""
+    testbed = testbed_factory(nodes=2, accounting=True)
+    testbed.wait_idle()
+    desired = tmp_path_factory.mktemp("acct") / "desired"
+    shutil.copytree(testbed.desired_state, desired)
+    applied = cli("apply", str(desired), "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    testbed.wait_idle()
+    return AcctBed(testbed, desired)
+
+
+def test_01_from_an_empty_database_applied_then_the_second_plan_is_empty(abed: AcctBed) -> None:
+    before = abed.assocs()
+    assert not any(line.startswith("ml|") for line in before)  # empty: root only
+    (abed.desired / "accounting.yaml").write_text(ACCOUNTING)
+    plan = cli("plan", str(abed.desired))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    for line in ("create QOS high", "create account ml", "create account ml-vision", "create user alice",
+                 "create user bob"):
+        assert line in plan.stdout, plan.stdout
+    assert abed.assocs() == before  # plan changed nothing
+    applied = cli("apply", str(abed.desired), "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assocs = abed.assocs()
+    assert "ml||root|10|high,normal|00:10:00|gres/gpu=16" in assocs, assocs
+    assert "ml-vision||ml|2|high,normal||" in assocs, assocs
+    assert {line.split("|")[0] for line in assocs if line.split("|")[1] == "alice"} == {"ml", "ml-vision"}
+    assert {line.split("|")[0] for line in assocs if line.split("|")[1] == "bob"} == {"ml-vision"}
+    assert abed.sacctmgr("show user alice format=User,DefaultAccount").strip() == "alice|ml"
+    qos = abed.sacctmgr("show qos high format=Name,Priority,MaxTRESPU").strip()
+    assert qos == "high|100|gres/gpu=8", qos
+    again = cli("plan", str(abed.desired))
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr
+
+
+def _job_state(testbed: Testbed, job: str) -> str:
+    return testbed.run("ctl", f"scontrol show job {job} -o", check=True).stdout
+
+
+def test_02_alice_runs_in_ml_and_a_job_over_maxwall_is_refused_with_the_limit_named(abed: AcctBed) -> None:
+    ok = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -A ml -t 5 --wrap 'sleep 1'\"", check=True)
+    job = ok.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while "JobState=COMPLETED" not in (state := _job_state(abed.testbed, job)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "JobState=COMPLETED" in state and " UserId=alice(" in state and " Account=ml " in state, state
+    over = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -A ml -t 30 --wrap 'sleep 1'\"")
+    if over.returncode != 0:  # refused at submission
+        assert "MaxWall" in over.stderr or "policy" in over.stderr, over.stderr
+    else:  # held by Slurm, the limit named as the reason
+        job = over.stdout.strip().split(";")[0]
+        reason = _job_state(abed.testbed, job)
+        abed.testbed.run("ctl", f"scancel {job}")
+        assert "Reason=AssocMaxWallDurationPerJobLimit" in reason, reason
+
+
+def test_03_a_hand_edit_is_reported_with_its_diff_and_healed_by_the_daemon_in_enforce_mode(
+        abed: AcctBed, tmp_path: Path) -> None:
+    abed.testbed.run("ctl", "sacctmgr -i modify account ml set fairshare=5", check=True)
+    plan = cli("plan", str(abed.desired))
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "update account ml: fairshare 5 -> 10" in plan.stdout, plan.stdout
+    assert "-fairshare: 5" in plan.stdout and "+fairshare: 10" in plan.stdout, plan.stdout
+    remote = GitRemote.create(tmp_path, abed.desired)
+    daemons = DaemonBed(Bed(testbed=abed.testbed, desired=abed.desired), remote, tmp_path, itertools.count(1), [])
+    daemon = daemons.daemon(drift_interval="2s")
+    try:
+        daemon.wait_applied(remote.head())
+        daemon.wait_for("fairshare healed", lambda: "ml||root|10|" in "\n".join(abed.assocs()), timeout=90)
+        abed.testbed.run("ctl", "sacctmgr -i modify account ml set fairshare=7", check=True)
+        daemon.wait_for("second hand edit healed", lambda: "ml||root|10|" in "\n".join(abed.assocs()), timeout=60)
+        drift = [e for e in daemon.events() if e.get("event") in ("drift.detected", "drift.found", "drift")]
+        assert drift or "fairshare" in daemon.log_tail(400), daemon.log_tail(80)
+    finally:
+        daemon.stop()
+
+
+def test_04_removing_bob_while_his_job_runs_is_refused_with_the_job_then_applied(abed: AcctBed) -> None:
+    started = abed.testbed.run("ctl", "su bob -c \"sbatch --parsable -A ml-vision -t 5 --wrap 'sleep 300'\"",
+                               check=True)
+    job = started.stdout.strip().split(";")[0]
+    try:
+        deadline = time.monotonic() + 60
+        while "JobState=RUNNING" not in _job_state(abed.testbed, job) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        text = (abed.desired / "accounting.yaml").read_text()
+        (abed.desired / "accounting.yaml").write_text(
+            text.replace("    - name: bob\n      default_account: ml-vision\n",
+                         "    - name: bob\n      default_account: ml-vision\n      state: absent\n"))
+        refused = cli("apply", str(abed.desired), "--yes")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"refused: remove user bob: pending or running jobs {job} (running, bob)" in refused.stdout \
+            + refused.stderr
+        assert "bob" in abed.sacctmgr("show user bob format=User")
+    finally:
+        abed.testbed.run("ctl", f"scancel {job}")
+    deadline = time.monotonic() + 60
+    while abed.testbed.run("ctl", f"squeue -h -j {job}").stdout.strip() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    applied = cli("apply", str(abed.desired), "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert abed.sacctmgr("show user bob format=User").strip() == ""
+    again = cli("plan", str(abed.desired))
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stdout
+
+
+def test_05_import_reads_the_accounting_database_and_the_first_plan_is_a_no_op(abed: AcctBed,
+                                                                                tmp_path: Path) -> None:
+    out = tmp_path / "imported"
+    result = cli("import", "ssh://ctl", "--out", str(out), "--ssh-config", str(abed.testbed.ssh_config),
+                 "--known-hosts", str(abed.testbed.known_hosts))
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = (out / "accounting.yaml").read_text()
+    for fragment in ("name: high", "name: ml\n", "name: ml-vision", "parent: ml", "name: alice",
+                     "default_account: ml", "MaxWall: 00:10:00", "gres/gpu=8"):
+        assert fragment in text, text
+    shutil.copy(abed.testbed.desired_state / "nodes.yaml", out / "nodes.yaml")
+    plan = cli("plan", str(out), "--format", "json")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert [c for c in json.loads(plan.stdout)["changes"] if c["action"] != "ok"] == []
