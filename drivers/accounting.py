@@ -85,12 +85,17 @@ class Diff:
         if not equal:
             self.rows.append((name, current, desired, key, desired if value is None else value))
 
-    def limits(self, current: dict[str, str], desired: dict[str, Any]) -> None:
-        """Each set limit against the current one (both normalised)."""
+    def limits(self, current: dict[str, str], desired: dict[str, Any], options: dict[str, str] | None = None) -> None:
+        """Each set limit against the current one (both normalised); OPTIONS renames sacctmgr's option."""
         for name, want in desired.items():
             if want is None:
                 continue
-            self.check(name, current.get(name, ""), want, name, _same_limit(name))
+            have = current.get(name, "")
+            value = want
+            if "TRES" in name:  # sacctmgr sets only the TRES named: clear the others explicitly
+                dropped = sorted(set(tres(have)) - set(tres(str(want))))
+                value = ",".join([str(want), *(f"{t}=-1" for t in dropped)])
+            self.check(name, have, want, (options or {}).get(name, name), _same_limit(name), value)
 
     def settings(self, keys: set[str] | None = None) -> list[str]:
         """The `key=value` arguments that set the desired values (only KEYS when given)."""
@@ -115,7 +120,7 @@ def _as_list(values: list[Any] | None) -> list[str] | None:
 def qos_diff(spec: QosSpec, current: Qos) -> Diff:
     """What differs between a QOS and its desired state."""
     diff = Diff()
-    diff.check("description", current.description, spec.description, "Description")
+    diff.check("description", current.description, spec.description, "Description", _same_text)
     diff.check("priority", current.priority, spec.priority, "Priority")
     diff.check("preempt", current.preempt, _as_list(spec.preempt), "Preempt")
     diff.check("preempt_mode", current.preempt_mode, spec.preempt_mode, "PreemptMode")
@@ -124,6 +129,15 @@ def qos_diff(spec: QosSpec, current: Qos) -> Diff:
                lambda a, b: abs(float(a) - float(b)) < 1e-9)
     diff.limits(current.limits, spec.limits.model_dump())
     return diff
+
+
+ASSOC_OPTIONS = {"MaxTRESPerJob": "MaxTRES"}  # what sacctmgr calls them on associations
+ADMIN_OPTION = {"Administrator": "Admin"}
+
+
+def _same_text(current: Any, desired: Any) -> bool:
+    """Text as sacctmgr stores it: case does not count."""
+    return str(current).lower() == str(desired).lower()
 
 
 def _share(current: str, desired: int | str) -> bool:
@@ -140,7 +154,7 @@ def assoc_diff(spec: AccountSpec | UserSpec, current: Assoc | None, parent: str 
     diff.check("fairshare", current.share, spec.fairshare, "Fairshare", _share)
     diff.check("qos", current.qos, _as_list(spec.qos), "QOS")
     diff.check("default_qos", current.default_qos, spec.default_qos, "DefaultQOS")
-    diff.limits(current.limits, spec.limits.model_dump())
+    diff.limits(current.limits, spec.limits.model_dump(), ASSOC_OPTIONS)
     return diff
 
 
@@ -241,8 +255,9 @@ class Planner:
             return
         cluster = _token("cluster", self.cluster)
         info = Diff()
-        info.check("description", record[0] if record else "", spec.description, "Description")
-        info.check("organization", record[1] if record else "", spec.organization, "Organization")
+        # sacctmgr keeps descriptions and organizations in lower case
+        info.check("description", record[0] if record else "", spec.description, "Description", _same_text)
+        info.check("organization", record[1] if record else "", spec.organization, "Organization", _same_text)
         links = assoc_diff(spec, assoc, parent=spec.parent)
         phase = PHASE_ACCOUNTS + self._depth(spec.name)
         if record is None or assoc is None:
@@ -288,7 +303,8 @@ class Planner:
         commands: list[str] = []
         rows = Diff()
         if current is None:
-            admin = [_token("AdminLevel", spec.admin_level)] if spec.admin_level else []
+            level = ADMIN_OPTION.get(spec.admin_level or "", spec.admin_level)
+            admin = [_token("AdminLevel", level)] if spec.admin_level else []
             commands.append(" ".join([SACCTMGR, "add user", name, _token("Account", spec.default_account),
                                       _token("DefaultAccount", spec.default_account), cluster, *admin]))
             rows.check("default_account", "", spec.default_account, "DefaultAccount")
@@ -303,7 +319,8 @@ class Planner:
         if current is not None:
             record = Diff()
             record.check("default_account", current[0], spec.default_account, "DefaultAccount")
-            record.check("admin_level", current[1], spec.admin_level, "AdminLevel")
+            record.check("admin_level", current[1], spec.admin_level, "AdminLevel",
+                         value=ADMIN_OPTION.get(spec.admin_level or "", spec.admin_level))
             if record.rows:
                 commands.append(" ".join([SACCTMGR, "modify user where", _token("name", spec.name), "set",
                                           *record.settings()]))

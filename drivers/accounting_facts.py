@@ -14,7 +14,7 @@ from reconciler.checks.sections import script, split_sections
 
 QOS_FORMAT = ("Name,Description,Priority,Preempt,PreemptMode,Flags,UsageFactor,GrpTRES,GrpJobs,MaxTRES,"
               "MaxTRESPerNode,MaxTRESPU,MaxJobsPU,MaxSubmitPU,MaxWall")
-ACCOUNT_FORMAT = "Account,Descr,Org"
+ACCOUNT_FORMAT = "Account,Description,Organization"
 ASSOC_FORMAT = ("Account,User,Partition,ParentName,Share,QOS,DefaultQOS,GrpTRES,GrpJobs,GrpSubmit,GrpWall,MaxJobs,"
                 "MaxSubmit,MaxWall,MaxTRES,MaxTRESPerNode")
 USER_FORMAT = "User,DefaultAccount,AdminLevel"
@@ -36,7 +36,8 @@ def accounting_command(cluster: str) -> str:
     return script([
         ("qos", f"{show} qos format={QOS_FORMAT}"),
         ("accounts", f"{show} account format={ACCOUNT_FORMAT}"),
-        ("assoc", f"{show} assoc {quoted} format={ASSOC_FORMAT}"),
+        # WOPLimits: the values stored on each association, not those it inherits from its parents
+        ("assoc", f"{show} assoc {quoted} WOPLimits format={ASSOC_FORMAT}"),
         ("users", f"{show} user format={USER_FORMAT}"),
         ("jobs", JOBS),
     ])

@@ -290,6 +290,12 @@ def _accounting(state: DesiredState) -> Iterator[Problem]:
                 for name in names:
                     if name not in qos:
                         yield (("accounting", kind, index, field), f"QOS {name!r} is not a QOS here{near(name, qos)}")
+    for kind, owners in owner_lists:
+        for index, owner in enumerate(owners):
+            if owner.default_qos and owner.qos is not None and owner.default_qos not in owner.qos:
+                # sacctmgr would refuse it without an error status ("don't have access to their default qos")
+                yield (("accounting", kind, index, "default_qos"),
+                       f"default QOS {owner.default_qos!r} is not in its qos list {owner.qos}")
     for index, spec in enumerate(acct.qos):
         for name in spec.preempt or []:
             if name not in qos:

@@ -5,9 +5,10 @@ own tests when nobody else did). Fixtures:
 
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
-- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False)`` brings up more
-  testbeds, all torn down at the end of the session (``light``: sshd-only nodes, no Slurm; beyond 200 compute
-  nodes the testbed takes a /20 and three- or four-digit names, see deploy/testbed/README.md).
+- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False, accounting=False)``
+  brings up more testbeds, all torn down at the end of the session (``light``: sshd-only nodes, no Slurm; beyond
+  200 compute nodes the testbed takes a /20 and three- or four-digit names; ``accounting``: slurmdbd and MariaDB
+  on ctl, associations enforced; see deploy/testbed/README.md).
 
 Every testbed is torn down at the end of the session whatever the tests did (also at interpreter exit and on
 SIGTERM); testbeds left behind by a killed pytest are removed by the next run. Without root or the Debian
@@ -39,6 +40,7 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NEEDED = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd",
           "/usr/bin/sinfo", "/usr/bin/supervisord", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs",
           "/usr/sbin/exportfs", "/usr/bin/nsenter", "/usr/bin/python3"]
+ACCOUNTING_NEEDED = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db", "/usr/bin/sacctmgr"]
 
 
 def unavailable() -> str | None:
@@ -65,6 +67,7 @@ class Testbed:
     up_output: str = ""
     configless: bool = False
     light: bool = False
+    accounting: bool = False
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -220,16 +223,21 @@ class Registry:
                 return name, subnet
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
-    def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False) -> Testbed:
+    def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False,
+           accounting: bool = False) -> Testbed:
         """Bring up a new testbed."""
         reason = unavailable()
+        missing = [b for b in ACCOUNTING_NEEDED if not os.path.exists(b)] if accounting else []
+        if not reason and missing:
+            reason = f"missing {', '.join(missing)}: run deploy/testbed/testbed deps"
         if reason:
             pytest.skip(reason)
         name, subnet = self.next_name_and_subnet(nodes)
         args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else []),
-                *(["--configless"] if configless else []), *(["--light"] if light else [])]
+                *(["--configless"] if configless else []), *(["--light"] if light else []),
+                *(["--accounting"] if accounting else [])]
         bed = Testbed(name=name, subnet=subnet, computes=compute_names(nodes), bare=bare, state_dir=BASE / name,
-                      configless=configless, light=light)
+                      configless=configless, light=light, accounting=accounting)
         self.beds.append(bed)
         proc = _testbed_cli(*args)
         if proc.returncode != 0:
@@ -262,12 +270,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 @pytest.fixture(scope="session")
 def testbed_factory() -> Iterator[Callable[..., Testbed]]:
-    """make(nodes=2, bare=False, configless=False, light=False) -> a new running Testbed; all torn down at the end."""
+    """make(nodes=2, bare=False, configless=False, light=False, accounting=False) -> a new running Testbed; all torn
+    down at the end."""
     if not unavailable():
         reap_stale()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        yield lambda nodes=2, bare=False, configless=False, light=False: REGISTRY.up(nodes, bare, configless, light)
+        yield lambda nodes=2, bare=False, configless=False, light=False, accounting=False: REGISTRY.up(
+            nodes, bare, configless, light, accounting)
     finally:
         REGISTRY.down_all()
         signal.signal(signal.SIGTERM, previous)

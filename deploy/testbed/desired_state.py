@@ -1,7 +1,8 @@
 """The desired-state directory `testbed up` writes: the running testbed, in the project's YAML format.
 
 The Slurm part matches the minimal cluster `up` starts (so adopting it is close to a no-op) and adds what
-the reconciler should bring: a second partition, a prolog (a managed file) and the rxdm patch, an NFS
+the reconciler should bring (with ``up --accounting``, slurm.conf's accounting parameters too: see
+ACCOUNTING_SLURM_CONF): a second partition, a prolog (a managed file) and the rxdm patch, an NFS
 export from ctl mounted as /shared, an enroot image, and node checks. A light testbed (sshd only, no Slurm
 daemons) gets LIGHT_FILES: the same Slurm files (written, never served: no daemon reads them) and one managed
 file on every node, nothing that needs munge, NFS or enroot. Standard library only (the YAML is written from
@@ -59,6 +60,27 @@ SLURM_CONF: dict[str, str | int] = {  # in the order reconciler's renderer write
     "SlurmdParameters": "config_overrides",
 }
 
+# With `up --accounting` (slurmdbd and MariaDB on ctl): these replace or follow SLURM_CONF's keys, same order.
+ACCOUNTING_SLURM_CONF: dict[str, str | int] = {
+    "JobAcctGatherType": "jobacct_gather/linux",
+    "AccountingStorageType": "accounting_storage/slurmdbd",
+    "AccountingStorageHost": "ctl",
+    "AccountingStorageEnforce": "associations,limits,qos",
+    "AccountingStorageTRES": "gres/gpu",
+}
+
+
+def slurm_conf_params(accounting: bool = False) -> dict[str, str | int]:
+    """The testbed's slurm.conf parameters in the renderer's order; ACCOUNTING: with slurmdbd on ctl."""
+    if not accounting:
+        return dict(SLURM_CONF)
+    params: dict[str, str | int] = {}
+    for key, value in SLURM_CONF.items():
+        params[key] = ACCOUNTING_SLURM_CONF.get(key, value)
+        if key == "AccountingStorageType":  # the new keys follow the storage type
+            params.update((k, v) for k, v in ACCOUNTING_SLURM_CONF.items() if k not in SLURM_CONF)
+    return params
+
 
 class LayoutLike(Protocol):
     """What the generator needs from testbed.Layout."""
@@ -102,12 +124,12 @@ def spec(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> dict[str, 
             "all": f"ctl,{hostlist}", "cpus": cpus, "memory": memory_mb, "gpus": gpus,
             "ssh_config": str(layout.ssh_config), "known_hosts": str(layout.known_hosts),
             "identity": str(layout.identity), "configless": getattr(layout, "configless", False),
-            "light": getattr(layout, "light", False)}
+            "light": getattr(layout, "light", False), "accounting": getattr(layout, "accounting", False)}
 
 
 def cluster_yaml(s: dict[str, Any]) -> str:
     """cluster.yaml: the running slurm.conf, a second partition, gres.conf and the prolog."""
-    params = "".join(f"    {k}: {q(v)}\n" for k, v in SLURM_CONF.items())
+    params = "".join(f"    {k}: {q(v)}\n" for k, v in slurm_conf_params(bool(s.get("accounting"))).items())
     # configless: slurm.conf on ctl only (the reconciler adds SlurmctldParameters=enable_configless), slurmd on
     # the compute nodes started with --conf-server ctl:6817 by a supervisord program the reconciler writes.
     mode = "  mode: configless\n" if s.get("configless") else ""

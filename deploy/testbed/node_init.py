@@ -105,7 +105,8 @@ def setup_dev(root: str, gpus: int) -> None:
         os.symlink(target, f"{dev}/{name}")
 
 
-def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid: int) -> None:
+def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid: int,
+              run_dirs: list[tuple[str, int, int, int]] | None = None) -> None:
     """Mount private /run and /tmp; bind every node's root (mount.nfs stand-in) and the Lustre file systems."""
     mount("tmpfs", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
     mount("tmpfs", f"{root}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
@@ -113,6 +114,10 @@ def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid
         os.mkdir(f"{root}/run/{sub}", mode)
         os.chmod(f"{root}/run/{sub}", mode)
     os.chown(f"{root}/run/munge", munge_uid, munge_gid)
+    for sub, mode, uid, gid in run_dirs or []:  # e.g. /run/mysqld for MariaDB on ctl (testbed --accounting)
+        os.mkdir(f"{root}/run/{sub}", mode)
+        os.chmod(f"{root}/run/{sub}", mode)
+        os.chown(f"{root}/run/{sub}", uid, gid)
     roots = f"{root}/run/reconciler-testbed/roots"
     os.makedirs(roots, 0o755)
     for peer in peers:
@@ -162,7 +167,7 @@ def setup_root(spec: dict) -> None:
     if not spec.get("light"):
         setup_cgroup(root)
     setup_dev(root, spec["gpus"])
-    setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"])
+    setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"], spec.get("run_dirs"))
     setup_net(spec["ip"], spec["prefixlen"])
     os.chdir(root)
     pivot_root(".", ".")

@@ -4,8 +4,8 @@ Each node is its own network namespace (a veth into a bridge that lives in a sep
 the host's own network is never touched), its own mount/UTS/IPC/PID namespaces, and a whole-root overlay
 (lower layer: the host's ``/``; upper layer: the node's directory under the state dir) that it pivots into.
 supervisord is PID 1 of every node and runs sshd, munged and slurmctld (on ``ctl``) or slurmd (on the
-``gpuNN`` nodes). See README.md next to this file. Standard library only: it runs before the project is
-installed.
+``gpuNN`` nodes); with ``--accounting`` also MariaDB and slurmdbd on ``ctl``. See README.md next to this file.
+Standard library only: it runs before the project is installed.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -48,7 +49,8 @@ NODE_PYTHON = "/usr/bin/python3"
 NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
                    "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
-                   "python3-clustershell"]  # ClusterShell for the nodes' python3: testbed nodes as gateways
+                   "python3-clustershell",  # ClusterShell for the nodes' python3: testbed nodes as gateways
+                   "slurmdbd", "mariadb-server"]  # `up --accounting`: slurmdbd and its MariaDB on ctl
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -56,7 +58,19 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
-PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD = 22, 6817, 6818
+ACCOUNTING_BINARIES = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db",
+                       "/usr/bin/mariadb-admin", "/usr/bin/sacctmgr"]
+PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD, PORT_SLURMDBD, PORT_MARIADB = 22, 6817, 6818, 6819, 3306
+# Unix users on every node of the full profile (same uid/gid everywhere, home in /home), so that tests can submit
+# jobs as someone other than root (`su alice -c 'sbatch ...'` on ctl) and the jobs run as them on compute nodes.
+TEST_USERS = {"alice": 2001, "bob": 2002}  # name -> uid, also the gid of the user's own group
+# `up --accounting`: slurmdbd's database on ctl (MariaDB, datadir in ctl's upper layer), its user and where the
+# generated password is kept (the state directory, mode 0600; also in ctl's /etc/slurm/slurmdbd.conf).
+ACCOUNTING_DB = "slurm_acct_db"
+ACCOUNTING_DB_USER = "slurm"
+ACCOUNTING_PASS_FILE = "slurmdbd.pass"
+TESTBED_LIB = "/usr/lib/reconciler-testbed"  # node-only helper scripts (and NODE_PYLIB below it)
+MARIADB_INIT_SQL = "/etc/mysql/reconciler-testbed-slurmdbd.sql"
 # Lustre file systems "served" by ctl (the MGS) for the mount.lustre stand-in: NAME -> tmpfs size.
 LUSTRE_FILESYSTEMS = {"lustrefs": "256m"}
 LUSTRE_MGS = "ctl"
@@ -96,6 +110,7 @@ class Layout:
     bare: bool = False
     configless: bool = False
     light: bool = False
+    accounting: bool = False
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -169,6 +184,11 @@ class Layout:
     def desired_state(self) -> Path:
         """The desired-state directory written by up."""
         return self.state / "desired-state"
+
+    @property
+    def accounting_pass(self) -> Path:
+        """File holding the database password of slurmdbd (--accounting)."""
+        return self.state / ACCOUNTING_PASS_FILE
 
     def save(self) -> None:
         """Write state.json atomically."""
@@ -245,11 +265,12 @@ def locked(name: str, remove: bool = False) -> Iterator[None]:
                 BASE.rmdir()
 
 
-def require_root_and_deps() -> None:
-    """Fail early when not root or a needed binary is missing."""
+def require_root_and_deps(accounting: bool = False) -> None:
+    """Fail early when not root or a needed binary is missing (ACCOUNTING: slurmdbd and MariaDB too)."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root (namespaces, mounts)")
-    missing = [b for b in REQUIRED_BINARIES if not os.path.exists(b)]
+    needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else [])
+    missing = [b for b in needed if not os.path.exists(b)]
     if missing:
         raise TestbedError(f"missing {', '.join(missing)}: run `{HERE / 'testbed'} deps` first")
 
@@ -352,10 +373,180 @@ def supervisor_conf(layout: Layout, node: str) -> str:
     parts = [f"; written by deploy/testbed for node {node} of testbed {layout.name}\n",
              _program("munge", "/usr/sbin/munged -F", user="munge", priority=10, startsecs=0),
              _program("sshd", "/usr/sbin/sshd -D -e", priority=20, startsecs=0)]
+    accounting = layout.accounting and node == "ctl"
+    if accounting:  # MariaDB (as user mysql), then slurmdbd (as root: it drops to SlurmUser, like its unit)
+        parts.append(_program("mariadb", f"/bin/sh {TESTBED_LIB}/mariadb-start", user="mysql", priority=15))
+        parts.append(_program("slurmdbd", f"/bin/sh {TESTBED_LIB}/slurmdbd-start", priority=25))
     if node == "ctl" or not layout.configless:
-        parts.append(_program(daemon, f"/bin/sh -c '{wait_munge}; exec /usr/sbin/{daemon} -D'",
+        register = f"{TESTBED_LIB}/register-cluster; " if accounting else ""
+        parts.append(_program(daemon, f"/bin/sh -c '{wait_munge}; {register}exec /usr/sbin/{daemon} -D'",
                               autostart=not layout.bare, priority=30))
     return "\n".join(parts)
+
+
+# `up --accounting`, on ctl. MariaDB runs as user mysql; its datadir is in ctl's upper layer (/var/lib/mysql is an
+# opaque directory there, the host's is hidden). `up` initialises it from the host, through ctl's mounted root,
+# while the nodes start (init_mariadb_datadir: mariadb-install-db takes over a second, about as long as
+# supervisord waits before it starts its programs), and marks it ready with MARIADB_READY; the init file (run by
+# every start, before connections are served) creates slurmdbd's database and user with the testbed's password.
+MARIADB_DATADIR = "/var/lib/mysql"
+MARIADB_READY = ".reconciler-testbed-initialised"
+MARIADB_CNF_PATH = "/etc/mysql/mariadb.conf.d/90-reconciler-testbed.cnf"
+MARIADB_START = f"""#!/bin/sh
+# mariadbd of testbed node ctl (written by deploy/testbed): wait until `up` has initialised the datadir, then run.
+until [ -e {MARIADB_DATADIR}/{MARIADB_READY} ]; do sleep 0.05; done
+exec /usr/sbin/mariadbd --init-file={MARIADB_INIT_SQL}
+"""
+
+# Small and quick: a test database, not a production one (small buffer pool and redo log, no doublewrite, the
+# log flushed once a second). slurmdbd logs `error: Database settings not recommended values:
+# innodb_buffer_pool_size innodb_log_file_size` for it at start, harmlessly.
+MARIADB_CNF = """# written by deploy/testbed: MariaDB for the testbed's slurmdbd (test data: fast, not durable)
+[mysqld]
+skip-name-resolve
+bind-address = 127.0.0.1
+innodb_buffer_pool_size = 16M
+innodb_log_file_size = 16M
+innodb_lock_wait_timeout = 900
+innodb_flush_log_at_trx_commit = 2
+innodb_doublewrite = 0
+innodb_autoextend_increment = 8
+innodb_log_buffer_size = 2M
+key_buffer_size = 1M
+aria_pagecache_buffer_size = 1M
+max_connections = 32
+"""
+
+SLURMDBD_START = """#!/bin/sh
+# slurmdbd of testbed node ctl (written by deploy/testbed): wait for munged and MariaDB, then run it (as root:
+# slurmdbd drops to SlurmUser=slurm itself, as under Debian's systemd unit).
+until [ -S /run/munge/munge.socket.2 ] && mariadb-admin ping >/dev/null 2>&1; do sleep 0.1; done
+exec /usr/sbin/slurmdbd -D
+"""
+
+REGISTER_CLUSTER = """#!/bin/sh
+# Run before slurmctld on testbed node ctl (written by deploy/testbed for --accounting): wait for slurmdbd and
+# register the cluster in its database (`sacctmgr add cluster` also creates the root account and root's user
+# association, so root can run jobs with AccountingStorageEnforce=associations). Nothing to do when slurm.conf
+# does not use slurmdbd (e.g. after an apply of a desired state without accounting).
+conf=/etc/slurm/slurm.conf
+grep -qi '^AccountingStorageType=accounting_storage/slurmdbd' "$conf" || exit 0
+name=$(sed -n 's/^ClusterName=//Ip' "$conf" | head -n 1)
+until sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qix "$name" \\
+        || sacctmgr -i add cluster "$name" >/dev/null 2>&1; do
+    sleep 0.1
+done
+"""
+
+
+def slurmdbd_conf(password: str) -> str:
+    """/etc/slurm/slurmdbd.conf of ctl (--accounting): slurmdbd on ctl, MariaDB through its local socket."""
+    return ("# slurmdbd.conf written by deploy/testbed (--accounting); owner slurm, mode 0600\n"
+            "AuthType=auth/munge\nDbdHost=ctl\nDbdPort=6819\nSlurmUser=slurm\n"
+            "StorageType=accounting_storage/mysql\nStorageHost=localhost\n"
+            f"StorageUser={ACCOUNTING_DB_USER}\nStoragePass={password}\nStorageLoc={ACCOUNTING_DB}\n"
+            "LogFile=/var/log/slurm/slurmdbd.log\nPidFile=/run/slurmdbd.pid\n")
+
+
+def mariadb_init_sql(password: str) -> str:
+    """SQL run by every mariadbd start (--init-file; one statement a line): slurmdbd's database and user."""
+    user = f"'{ACCOUNTING_DB_USER}'@'localhost'"
+    return (f"CREATE DATABASE IF NOT EXISTS {ACCOUNTING_DB};\n"
+            f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{password}';\n"
+            f"ALTER USER {user} IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL ON {ACCOUNTING_DB}.* TO {user};\n")
+
+
+def accounting_password(layout: Layout) -> str:
+    """slurmdbd's database password: made once per testbed, kept in <state>/slurmdbd.pass (mode 0600)."""
+    path = layout.accounting_pass
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(os.urandom(12).hex() + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    return path.read_text().strip()
+
+
+def install_accounting(upper: Path, password: str) -> None:
+    """ctl with --accounting: slurmdbd.conf, MariaDB's config, init SQL and empty datadir, the start scripts."""
+    put(upper, "etc/slurm/slurmdbd.conf", slurmdbd_conf(password), 0o600, _ids("slurm"))
+    mysql = _ids("mysql")
+    opaque_dir(upper, MARIADB_DATADIR.lstrip("/"), 0o755, mysql)
+    put(upper, MARIADB_CNF_PATH.lstrip("/"), MARIADB_CNF)
+    put(upper, MARIADB_INIT_SQL.lstrip("/"), mariadb_init_sql(password), 0o600, mysql)
+    for name, text in (("mariadb-start", MARIADB_START), ("slurmdbd-start", SLURMDBD_START),
+                       ("register-cluster", REGISTER_CLUSTER)):
+        put(upper, f"{TESTBED_LIB.lstrip('/')}/{name}", text, 0o755)
+
+
+def init_mariadb_datadir(layout: Layout) -> None:
+    """Initialise ctl's MariaDB datadir from the host, through ctl's mounted root, then mark it ready.
+
+    The bootstrap server runs as root (the state directory is closed to user mysql), so the files are given
+    to mysql afterwards; mariadb-start in the node waits for the MARIADB_READY mark.
+    """
+    root = layout.node_dir("ctl") / "root"
+    datadir = root / MARIADB_DATADIR.lstrip("/")
+    if (datadir / MARIADB_READY).exists():
+        return
+    run(["mariadb-install-db", f"--defaults-extra-file={root}{MARIADB_CNF_PATH}", "--user=root",
+         f"--datadir={datadir}", "--skip-test-db", "--auth-root-authentication-method=socket",
+         "--auth-root-socket-user=root"])
+    uid, gid = _ids("mysql")
+    os.chown(datadir, uid, gid)
+    for top, dirs, files in os.walk(datadir):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(top, name), uid, gid)
+    put(root, f"{MARIADB_DATADIR.lstrip('/')}/{MARIADB_READY}", "", 0o644, (uid, gid))
+
+
+@functools.lru_cache(maxsize=1)
+def node_test_users() -> dict[str, int]:
+    """TEST_USERS less any whose name or ids the host already uses otherwise (left out with a warning, once: the
+    host's files are every node's lower layer, and a clash must not stop testbeds that do not need them)."""
+    import grp
+    import pwd
+
+    users = {}
+    for name, uid in TEST_USERS.items():
+        clash = [f"{what} {uid} is {e[0]}'s" for known, what in ((pwd.getpwall(), "uid"), (grp.getgrall(), "gid"))
+                 for e in known if (e[2] == uid) != (e[0] == name)]
+        if clash:
+            log(f"warning: test user {name} left out: on this host {', '.join(clash)}")
+        else:
+            users[name] = uid
+    return users
+
+
+def install_test_users(upper: Path) -> None:
+    """node_test_users() on a node: the host's passwd/group/shadow plus their lines, and their home directories."""
+    users = node_test_users()
+    files = {"etc/passwd": (0o644, 0), "etc/group": (0o644, 0), "etc/shadow": (0o640, _shadow_gid())}
+    for rel, (mode, gid) in files.items():
+        lines = Path(f"/{rel}").read_text().splitlines(keepends=True) if os.path.exists(f"/{rel}") else []
+        names = {line.split(":", 1)[0] for line in lines}
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        for name, uid in users.items():
+            if name in names:
+                continue
+            lines.append({"etc/passwd": f"{name}:x:{uid}:{uid}:testbed user {name}:/home/{name}:/bin/bash\n",
+                          "etc/group": f"{name}:x:{uid}:\n",
+                          "etc/shadow": f"{name}:*:20000:0:99999:7:::\n"}[rel])
+        put(upper, rel, "".join(lines), mode, (0, gid))
+    for name, uid in users.items():
+        home = _mirror_mkdir(upper, f"home/{name}")
+        os.chmod(home, 0o755)
+        os.chown(home, uid, uid)
+
+
+def _shadow_gid() -> int:
+    """gid of group shadow (owner group of /etc/shadow), 0 where there is none."""
+    try:
+        return os.stat("/etc/shadow").st_gid
+    except OSError:
+        return 0
 
 
 CONFIGLESS_PROGRAM_PATH = "etc/supervisor/conf.d/slurmd.conf"
@@ -379,7 +570,7 @@ def slurm_conf(layout: Layout) -> str:
     its desired state changes little beyond what the desired state adds.
     """
     nodes = hostlist(layout.compute_nodes)
-    params = "".join(f"{k}={v}\n" for k, v in desired_state.SLURM_CONF.items())
+    params = "".join(f"{k}={v}\n" for k, v in desired_state.slurm_conf_params(layout.accounting).items())
     if layout.configless:
         params += "SlurmctldParameters=enable_configless\n"
     return (f"# slurm.conf written by deploy/testbed for testbed {layout.name} (minimal running cluster)\n"
@@ -402,7 +593,7 @@ def hostlist(names: list[str]) -> str:
     return f"gpu[{names[0][3:]}-{names[-1][3:]}]"
 
 
-def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -> str:
+def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, db_pass: str = "") -> str:
     """Build the node's upper layer; return its public host key line (light nodes: SSH and hosts only)."""
     d = layout.node_dir(node)
     for sub in ("upper", "work", "root"):
@@ -451,12 +642,14 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str) -
         put(upper, CONFIGLESS_PROGRAM_PATH, configless_program(layout))
     slurm = _ids("slurm")
     for rel in ("var/lib/slurm/slurmctld", "var/lib/slurm/slurmd", "var/log/slurm"):
-        path = _mirror_mkdir(upper, rel)
-        os.chown(path, *slurm)
+        os.chown(_mirror_mkdir(upper, rel), *slurm)
     if not layout.bare and (node == "ctl" or not layout.configless):
         put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
         put(upper, "etc/slurm/gres.conf", gres_conf(layout))
     install_standins(upper)
+    install_test_users(upper)
+    if node == "ctl" and layout.accounting:
+        install_accounting(upper, db_pass)
     if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
         put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
         install_gpu_standins(upper)
@@ -670,7 +863,8 @@ def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
             "peers": [] if layout.light else layout.nodes, "light": layout.light, "mount_root": layout.light,
             "binds": client_file_binds(layout) if layout.light else {},
             "marker": layout.marker(node), "console": str(layout.node_dir(node) / "console.log"),
-            "munge_uid": _ids("munge")[0], "munge_gid": _ids("munge")[1]}
+            "munge_uid": _ids("munge")[0], "munge_gid": _ids("munge")[1],
+            "run_dirs": [["mysqld", 0o755, *_ids("mysql")]] if layout.accounting and node == "ctl" else []}
     cmd = ["nsenter", f"--net=/run/netns/{layout.ns(node)}", NODE_PYTHON, "-I", "-S",
            str(HERE / "node_init.py"), json.dumps(spec)]
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -760,6 +954,8 @@ def node_ready(layout: Layout, node: str) -> bool:
     want = {PORT_SSH}
     if not layout.bare:
         want.add(PORT_SLURMCTLD if node == "ctl" else PORT_SLURMD)
+    if layout.accounting and node == "ctl":
+        want.add(PORT_SLURMDBD)
     return want <= listening_ports(pid)
 
 
@@ -773,6 +969,12 @@ def nsenter(layout: Layout, node: str, command: str, timeout: float = 60) -> sub
     """Run a shell command inside a node and capture its output."""
     argv = nsenter_argv(layout, node, command)
     return subprocess.run(argv, text=True, capture_output=True, timeout=timeout)
+
+
+def cluster_registered(layout: Layout) -> bool:
+    """Whether `sacctmgr show cluster` on ctl lists the testbed's cluster (--accounting)."""
+    proc = nsenter(layout, "ctl", "sacctmgr -n -P show cluster format=cluster")
+    return layout.name in proc.stdout.split()
 
 
 def slurm_states(layout: Layout) -> dict[str, str]:
@@ -796,6 +998,12 @@ def wait_ready(layout: Layout, timeout: float) -> None:
     if pending:
         raise TestbedError(f"nodes not ready after {timeout:.0f}s: {', '.join(sorted(pending))}")
     trace("sshd, munged and Slurm daemons listening")
+    while layout.accounting and not layout.bare and not cluster_registered(layout):
+        if time.monotonic() > deadline:
+            raise TestbedError(f"cluster {layout.name} not in sacctmgr show cluster after {timeout:.0f}s")
+        time.sleep(0.2)
+    if layout.accounting:
+        trace("cluster registered in slurmdbd")
     while not layout.bare and not layout.light:
         states = slurm_states(layout)
         if all(states.get(n) == "idle" for n in layout.compute_nodes):
@@ -913,20 +1121,20 @@ def running(layout: Layout) -> bool:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
-    require_root_and_deps()
+    require_root_and_deps(args.accounting)
     want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
-                  configless=args.configless, light=args.light)
-    if want.light and (want.bare or want.configless):
-        raise TestbedError("--light has no Slurm: it does not combine with --bare or --configless")
+                  configless=args.configless, light=args.light, accounting=args.accounting)
+    if want.light and (want.bare or want.configless or want.accounting):
+        raise TestbedError("--light has no Slurm: it does not combine with --bare, --configless or --accounting")
     validate_layout(want)
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare, old.configless, old.light) != (
-                    want.computes, want.subnet, want.bare, want.configless, want.light):
+            if (old.computes, old.subnet, old.bare, old.configless, old.light, old.accounting) != (
+                    want.computes, want.subnet, want.bare, want.configless, want.light, want.accounting):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
                                    f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}, "
-                                   f"light={old.light}; run down first to change it")
+                                   f"light={old.light}, accounting={old.accounting}; run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -958,10 +1166,11 @@ def bring_up(layout: Layout) -> None:
              "-f", str(layout.identity)])
     client_pub = Path(f"{layout.identity}.pub").read_text()
     munge_key = os.urandom(1024)
+    db_pass = accounting_password(layout) if layout.accounting else ""
     if layout.computes > NARROW_MAX:
         raise_host_limits(len(layout.nodes))
     with ThreadPoolExecutor(max_workers=8) as pool:
-        keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub), layout.nodes))
+        keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub, db_pass), layout.nodes))
     write_client_files(layout, keys)
     trace("node layers prepared")
     network_up(layout)
@@ -971,8 +1180,13 @@ def bring_up(layout: Layout) -> None:
         trace("roots mounted")
     if not layout.light:
         mount_lustre(layout)
-    start_nodes(layout, layout.nodes)
-    trace("nodes started")
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the datadir is made while the nodes start
+        datadir = pool.submit(init_mariadb_datadir, layout) if layout.accounting else None
+        start_nodes(layout, layout.nodes)
+        trace("nodes started")
+        if datadir:
+            datadir.result()
+            trace("MariaDB datadir initialised")
     wait_ready(layout, timeout=60 + layout.computes)
     write_desired_state(layout)
     trace("ready")
@@ -982,7 +1196,9 @@ def diagnostics(layout: Layout) -> None:
     """Print what the nodes' consoles and Slurm logs say, for a failed up."""
     for node in layout.nodes:
         lines = []
-        for log_file in ("console.log", "root/var/log/supervisor/supervisord.log"):
+        extra = ("root/var/log/supervisor/mariadb.log", "root/var/log/slurm/slurmdbd.log") if (
+            layout.accounting and node == "ctl") else ()
+        for log_file in ("console.log", "root/var/log/supervisor/supervisord.log", *extra):
             path = layout.node_dir(node) / log_file
             with contextlib.suppress(OSError):
                 lines += path.read_text(errors="replace").splitlines()[-5:]
@@ -1038,10 +1254,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"testbed {args.name}: not up")
         return 1
     mode = "light" if layout.light else (
-        ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else ""))
+        ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else "")
+        + (" accounting" if layout.accounting else ""))
     print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.cidr}, {mode}, "
           f"state {layout.state}")
-    names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd"}
+    names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd", PORT_SLURMDBD: "slurmdbd",
+             PORT_MARIADB: "mariadb"}
     ok = True
     for node in layout.nodes:
         alive = node_alive(layout, node)
@@ -1109,6 +1327,9 @@ def parser() -> argparse.ArgumentParser:
                     help="configless Slurm: slurm.conf on ctl only, slurmd started with --conf-server ctl")
     up.add_argument("--light", action="store_true",
                     help="light nodes: sshd only (no supervisord, munge or Slurm), for hundreds of nodes")
+    up.add_argument("--accounting", action="store_true",
+                    help="slurmdbd and MariaDB on ctl, slurmctld with accounting_storage/slurmdbd, associations "
+                         "enforced")
     up.add_argument("--subnet", default=DEFAULT_SUBNET,
                     help="first three octets (default 10.250.0); beyond 200 compute nodes a /20 from there")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")

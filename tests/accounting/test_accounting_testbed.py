@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ import pytest
 from tests.daemon.conftest import DaemonBed
 from tests.daemon.harness import GitRemote
 from tests.engine.conftest import Bed
+from tests.secrets.conftest import FILES as SECRET_FILES
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -73,8 +77,8 @@ class AcctBed:
 
     def assocs(self) -> set[str]:
         """`account|user|parent|share|qos|maxwall|grptres` of every association, sorted lines."""
-        text = self.sacctmgr(f"show assoc cluster={self.testbed.name} format=Account,User,ParentName,Share,QOS,"
-                             "MaxWall,GrpTRES")
+        text = self.sacctmgr(f"show assoc cluster={self.testbed.name} WOPLimits "
+                             "format=Account,User,ParentName,Share,QOS,MaxWall,GrpTRES")
         return {line for line in text.splitlines() if line.strip()}
 
 
@@ -105,7 +109,7 @@ def test_01_from_an_empty_database_applied_then_the_second_plan_is_empty(abed: A
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assocs = abed.assocs()
     assert "ml||root|10|high,normal|00:10:00|gres/gpu=16" in assocs, assocs
-    assert "ml-vision||ml|2|high,normal||" in assocs, assocs
+    assert "ml-vision||ml|2|||" in assocs, assocs
     assert {line.split("|")[0] for line in assocs if line.split("|")[1] == "alice"} == {"ml", "ml-vision"}
     assert {line.split("|")[0] for line in assocs if line.split("|")[1] == "bob"} == {"ml-vision"}
     assert abed.sacctmgr("show user alice format=User,DefaultAccount").strip() == "alice|ml"
@@ -120,13 +124,13 @@ def _job_state(testbed: Testbed, job: str) -> str:
 
 
 def test_02_alice_runs_in_ml_and_a_job_over_maxwall_is_refused_with_the_limit_named(abed: AcctBed) -> None:
-    ok = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -A ml -t 5 --wrap 'sleep 1'\"", check=True)
+    ok = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -D /tmp -A ml -t 5 --wrap 'sleep 1'\"", check=True)
     job = ok.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 60
     while "JobState=COMPLETED" not in (state := _job_state(abed.testbed, job)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert "JobState=COMPLETED" in state and " UserId=alice(" in state and " Account=ml " in state, state
-    over = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -A ml -t 30 --wrap 'sleep 1'\"")
+    over = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -D /tmp -A ml -t 30 --wrap 'sleep 1'\"")
     if over.returncode != 0:  # refused at submission
         assert "MaxWall" in over.stderr or "policy" in over.stderr, over.stderr
     else:  # held by Slurm, the limit named as the reason
@@ -158,7 +162,7 @@ def test_03_a_hand_edit_is_reported_with_its_diff_and_healed_by_the_daemon_in_en
 
 
 def test_04_removing_bob_while_his_job_runs_is_refused_with_the_job_then_applied(abed: AcctBed) -> None:
-    started = abed.testbed.run("ctl", "su bob -c \"sbatch --parsable -A ml-vision -t 5 --wrap 'sleep 300'\"",
+    started = abed.testbed.run("ctl", "su bob -c \"sbatch --parsable -D /tmp -A ml-vision -t 5 --wrap 'sleep 300'\"",
                                check=True)
     job = started.stdout.strip().split(";")[0]
     try:
@@ -197,6 +201,103 @@ def test_05_import_reads_the_accounting_database_and_the_first_plan_is_a_no_op(a
                      "default_account: ml", "MaxWall: 00:10:00", "gres/gpu=8"):
         assert fragment in text, text
     shutil.copy(abed.testbed.desired_state / "nodes.yaml", out / "nodes.yaml")
+    # as the imported storage.yaml says: widen the mount's `nodes` to every node that mounts it (the apply of
+    # the testbed's desired state mounted /shared on the compute nodes too)
+    storage = out / "storage.yaml"
+    storage.write_text(re.sub(r"(mountpoint: /shared\n(?:.*\n)*?\s*nodes: )ctl\b", r"\1ctl,gpu[01-02]",
+                              storage.read_text()))
+    assert "ctl,gpu[01-02]" in storage.read_text(), storage.read_text()
     plan = cli("plan", str(out), "--format", "json")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert [c for c in json.loads(plan.stdout)["changes"] if c["action"] != "ok"] == []
+
+
+SLURMDBD_FILES = SECRET_FILES.replace("nodes: login01", "nodes: ctl")  # slurmdbd.conf from secrets/*.age
+
+
+def test_06_slurmdbd_conf_from_an_age_file_runs_and_its_password_is_shown_nowhere(
+        abed: AcctBed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database password of the running slurmdbd, in Git only age-encrypted: the daemon decrypts it with
+    its identity, writes slurmdbd.conf 0600 slurm and restarts slurmdbd, which runs with it; the password is
+    in no plan, log, PR comment, database row, metrics or status page; a PR changing it says it changed."""
+    import pyrage
+
+    from tests.daemon.harness import git
+    from tests.forge.fake_github import FakeGitHub
+
+    password = (abed.testbed.state_dir / "slurmdbd.pass").read_text().strip()
+    assert len(password) >= 8
+    current = abed.testbed.run("ctl", "cat /etc/slurm/slurmdbd.conf", check=True).stdout
+    assert password in current
+    wanted = current.rstrip("\n") + "\nDebugLevel=verbose\n"
+    identity = pyrage.x25519.Identity.generate()
+    key = tmp_path / "age.key"
+    key.write_text(f"# public key: {identity.to_public()}\n{identity}\n")
+    key.chmod(0o600)
+    (abed.desired / "secrets.yaml").write_text(f"secrets:\n  recipients: [{identity.to_public()}]\n")
+    (abed.desired / "slurmdbd.yaml").write_text(SLURMDBD_FILES)
+    plain = tmp_path / "slurmdbd.conf"
+    plain.write_text(wanted)
+    (abed.desired / "secrets").mkdir(exist_ok=True)
+    made = cli("secret", "encrypt", str(abed.desired), str(plain), "-o",
+               str(abed.desired / "secrets" / "slurmdbd.conf.age"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    plain.unlink()
+    outputs: list[str] = []
+    plan = cli("plan", str(abed.desired), "--age-identity", str(key))
+    outputs.append(plan.stdout + plan.stderr)
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "update /etc/slurm/slurmdbd.conf" in plan.stdout and "restarts slurmdbd on ctl" in plan.stdout, plan.stdout
+    before = abed.testbed.run("ctl", "supervisorctl pid slurmdbd", check=True).stdout.strip()
+
+    token = "ghp_accountingTestToken0123456789"
+    monkeypatch.setenv("RECONCILER_TEST_FORGE_TOKEN", token)
+    fake = FakeGitHub(token=token)
+    (tmp_path / "git").mkdir()
+    remote = GitRemote.create(tmp_path / "git", abed.desired)
+    daemons = DaemonBed(Bed(testbed=abed.testbed, desired=abed.desired), remote, tmp_path, itertools.count(1), [])
+    with fake.running():
+        daemon = daemons.daemon(age_identity=str(key), drift_interval="3s",
+                                forge={"type": "github", "url": fake.base_url, "repo": "acme/cluster",
+                                       "token_env": "RECONCILER_TEST_FORGE_TOKEN", "interval": "1s"})
+        try:
+            daemon.wait_applied(remote.head(), timeout=180)
+            stat = abed.testbed.run("ctl", "stat -c '%a %U %G' /etc/slurm/slurmdbd.conf", check=True).stdout.strip()
+            assert stat == "600 slurm root"
+            assert abed.testbed.run("ctl", "cat /etc/slurm/slurmdbd.conf", check=True).stdout == wanted
+            daemon.wait_for("slurmdbd restarted and serving", lambda: abed.testbed.run(
+                "ctl", "supervisorctl pid slurmdbd").stdout.strip() not in ("", "0", before)
+                and abed.testbed.run("ctl", f"sacctmgr -n -P show cluster {abed.testbed.name} format=Cluster"
+                                     ).stdout.strip() == abed.testbed.name, timeout=60)
+            # a pull request changing the password: planned from ciphertexts only
+            work = remote.work
+            git(work, "checkout", "-q", "-B", "rotate", "main")
+            (work / "secrets" / "slurmdbd.conf.age").write_bytes(
+                pyrage.encrypt(wanted.replace(password, "n3w-" + password).encode(), [identity.to_public()]))
+            git(work, "commit", "-qam", "rotate the slurmdbd password")
+            git(work, "push", "-q", "--force", "origin", "HEAD:refs/pull/9/head")
+            sha = git(work, "rev-parse", "HEAD")
+            git(work, "checkout", "-q", "main")
+            fake.add_pull(9, sha, head_ref="rotate")
+            daemon.wait_for("PR comment", lambda: any(sha[:12] in c["body"] for c in fake.comments_on(9)), timeout=90)
+            comment = fake.comments_on(9)[0]["body"]
+            assert "secret changed in this pull request" in comment and "not decrypted here" in comment, comment
+            outputs.append(comment)
+            listen = json.loads(daemon.config.read_text())["metrics_listen"]
+            for path in ("/", "/metrics"):
+                with urllib.request.urlopen(f"http://{listen}{path}", timeout=10) as response:
+                    outputs.append(response.read().decode())
+        finally:
+            daemon.stop()
+    again = cli("plan", str(abed.desired), "--age-identity", str(key))
+    outputs.append(again.stdout + again.stderr)
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr
+    outputs.append(daemon.log_path.read_text())
+    for db in sorted(daemon.state_dir.rglob("*.db")):  # every row of the daemon's databases
+        conn = sqlite3.connect(str(db))
+        outputs.append("\n".join(conn.iterdump()))
+        conn.close()
+    assert len(outputs) >= 7
+    for text in outputs:
+        assert password not in text
+    assert token not in daemon.log_path.read_text()
