@@ -1,7 +1,7 @@
 """Accounting as code on the testbed: real slurmctld, slurmdbd and MariaDB, reached over real SSH (issue 24).
 
 From an empty database: QOS, an account tree and users applied with sacctmgr, a second plan empty; jobs as
-alice run in her account and a job over the account's MaxWall is refused by Slurm with the limit named; a hand
+alice run in her account and a job over the account's MaxWall is refused by Slurm at submission with the limit named; a hand
 edit is reported with its diff and healed by the daemon in enforce mode; removing bob while his job runs is
 refused with the job id and applied once it ended; `reconciler import` reads the accounting database back
 into a desired state whose first plan is a no-op.
@@ -38,6 +38,7 @@ accounting:
   qos:
     - name: high
       priority: 100
+      flags: [DenyOnLimit]
       limits: {MaxTRESPerUser: "gres/gpu=8"}
   accounts:
     - name: ml
@@ -45,6 +46,7 @@ accounting:
       organization: research
       fairshare: 10
       qos: [high, normal]
+      default_qos: high
       limits: {MaxWall: "00:10:00", GrpTRES: "gres/gpu=16"}
     - name: ml-vision
       parent: ml
@@ -130,14 +132,12 @@ def test_02_alice_runs_in_ml_and_a_job_over_maxwall_is_refused_with_the_limit_na
     while "JobState=COMPLETED" not in (state := _job_state(abed.testbed, job)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert "JobState=COMPLETED" in state and " UserId=alice(" in state and " Account=ml " in state, state
+    assert " QOS=high " in state, state  # the account's default QOS
+    # ml's jobs run in QOS high, whose DenyOnLimit makes Slurm refuse at submission what would break a limit
     over = abed.testbed.run("ctl", "su alice -c \"sbatch --parsable -D /tmp -A ml -t 30 --wrap 'sleep 1'\"")
-    if over.returncode != 0:  # refused at submission
-        assert "MaxWall" in over.stderr or "policy" in over.stderr, over.stderr
-    else:  # held by Slurm, the limit named as the reason
-        job = over.stdout.strip().split(";")[0]
-        reason = _job_state(abed.testbed, job)
-        abed.testbed.run("ctl", f"scancel {job}")
-        assert "Reason=AssocMaxWallDurationPerJobLimit" in reason, reason
+    assert over.returncode == 1, over.stdout + over.stderr
+    assert "sbatch: error: AssocMaxWallDurationPerJobLimit" in over.stderr, over.stderr
+    assert "Job violates accounting/QOS policy" in over.stderr, over.stderr
 
 
 def test_03_a_hand_edit_is_reported_with_its_diff_and_healed_by_the_daemon_in_enforce_mode(
@@ -198,7 +198,8 @@ def test_05_import_reads_the_accounting_database_and_the_first_plan_is_a_no_op(a
     assert result.returncode == 0, result.stdout + result.stderr
     text = (out / "accounting.yaml").read_text()
     for fragment in ("name: high", "name: ml\n", "name: ml-vision", "parent: ml", "name: alice",
-                     "default_account: ml", "MaxWall: 00:10:00", "gres/gpu=8"):
+                     "default_account: ml", "MaxWall: 00:10:00", "gres/gpu=8", "default_qos: high",
+                     "- DenyOnLimit"):
         assert fragment in text, text
     shutil.copy(abed.testbed.desired_state / "nodes.yaml", out / "nodes.yaml")
     # as the imported storage.yaml says: widen the mount's `nodes` to every node that mounts it (the apply of
