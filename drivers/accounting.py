@@ -398,7 +398,11 @@ class AccountingDriver:
         """No steps of its own; an unreadable accounting database is a plan error (nothing planned for it)."""
         actual = self.facts_of(ctx)
         if ctx.state.accounting is not None and actual is not None and actual.error:
-            plan.errors.append(f"accounting: {actual.error}: accounts, users and QOS not planned")
+            message = f"accounting: {actual.error}: accounts, users and QOS not planned"
+            # the plan writes the first slurm.conf: no Slurm to ask yet (the next run plans the accounting)
+            first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf")
+                               and c.action == "create" for c in plan.changes)
+            (plan.warnings if first_config else plan.errors).append(message)
         return []
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
