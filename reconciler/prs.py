@@ -49,6 +49,8 @@ from reconciler.source import describe_source
 RENDER_VERSION = "2"  # bump when the comment's layout changes: every PR is re-commented once
 LOCAL_REF = "refs/reconciler/pr/{number}"
 MAX_FILE_BYTES = 4 << 20
+MAX_TREE_BYTES = 64 << 20
+MAX_TREE_FILES = 20_000
 YAML_SUFFIXES = (".yaml", ".yml")
 EXPORTED_SUFFIXES = (*YAML_SUFFIXES, AGE_SUFFIX)  # .age: ciphertext, compared by sha256, never decrypted here
 DEFAULT_LIMITS = Limits()  # per PR: CPU time, memory, wall clock (the daemon's config may set others)
@@ -145,11 +147,12 @@ def fetch_pr_head(repo: git.Repo, forge: Forge, number: int, remote: str = "orig
 
 
 def export_tree(repo: git.Repo, sha: str, subdir: str, dest: Path) -> Path:
-    """Write the YAML files (and the age-encrypted `.age` files, as ciphertext) under SUBDIR of commit SHA into
-    DEST; return DEST.
+    """Write the files under SUBDIR of commit SHA into DEST (YAML, the `source:` files they name, `.age` files
+    as ciphertext); return DEST.
 
     Only regular files (Git modes 100644/100755) are written; symlinks and submodules are skipped so a PR
-    cannot make the loader read a file outside its tree, and nothing is ever executed.
+    cannot make the loader read a file outside its tree, and nothing is ever executed. Each file is at most
+    MAX_FILE_BYTES, the whole tree MAX_TREE_BYTES and MAX_TREE_FILES files: a PR cannot fill the disk.
     """
     dest.mkdir(parents=True, exist_ok=True)
     tree = repo.commit(sha).tree
@@ -161,15 +164,23 @@ def export_tree(repo: git.Repo, sha: str, subdir: str, dest: Path) -> Path:
             return dest  # no such directory at this commit: load_dir reports "no YAML files found"
         if tree.type != "tree":
             return dest
+    files = total = 0
     for item in tree.traverse():
         if not isinstance(item, git.Blob) or item.mode not in (0o100644, 0o100755):
             continue
         rel = PurePosixPath(item.path).relative_to(prefix) if str(prefix) != "." else PurePosixPath(item.path)
-        if rel.suffix not in EXPORTED_SUFFIXES or any(part in ("", ".", "..") for part in rel.parts):
+        if any(part in ("", ".", "..") for part in rel.parts) or (rel.parts and rel.parts[0] == ".git"):
             continue
-        if item.size > MAX_FILE_BYTES:
+        if rel.suffix in EXPORTED_SUFFIXES and item.size > MAX_FILE_BYTES:
             raise DesiredStateError([ConfigError(Location(str(rel), 1, 1), (),
                                                  f"file of {item.size} bytes is over {MAX_FILE_BYTES} bytes")])
+        if item.size > MAX_FILE_BYTES:
+            continue  # not YAML: a `source:` naming it is refused by the loader as missing
+        files, total = files + 1, total + item.size
+        if files > MAX_TREE_FILES or total > MAX_TREE_BYTES:
+            raise DesiredStateError([ConfigError(Location(str(rel), 1, 1), (),
+                                                 f"the tree is over {MAX_TREE_FILES} files or {MAX_TREE_BYTES} "
+                                                 "bytes: not planned")])
         target = dest.joinpath(*rel.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(item.data_stream.read())

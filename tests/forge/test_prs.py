@@ -297,7 +297,8 @@ def test_thousands_of_validation_errors_still_fit() -> None:
     assert f"`{SUBDIR}/cluster.yaml:0:3`" in body
 
 
-def test_export_tree_writes_only_regular_yaml_files(origin: Origin, tmp_path: Path) -> None:
+def test_export_tree_writes_only_regular_files(origin: Origin, tmp_path: Path) -> None:
+    """Regular files only (a symlink is left out); non-YAML files too, for the `source:` files YAML names."""
     origin.branch("export")
     origin.write(f"{SUBDIR}/sub/extra.yml", "images: []\n")
     origin.write(f"{SUBDIR}/notes.txt", "not yaml\n")
@@ -308,8 +309,24 @@ def test_export_tree_writes_only_regular_yaml_files(origin: Origin, tmp_path: Pa
     repo.git.fetch("origin", "+refs/pull/20/head:refs/test/20")
     whole = export_tree(repo, sha, "", tmp_path / "whole")
     assert sorted(str(p.relative_to(whole)) for p in whole.rglob("*") if p.is_file()) == [
-        f"{SUBDIR}/cluster.yaml", f"{SUBDIR}/nodes.yaml", f"{SUBDIR}/patches.yaml", f"{SUBDIR}/rollout.yaml",
-        f"{SUBDIR}/storage.yaml", f"{SUBDIR}/sub/extra.yml"]
+        "README.md", f"{SUBDIR}/cluster.yaml", f"{SUBDIR}/nodes.yaml", f"{SUBDIR}/notes.txt", f"{SUBDIR}/patches.yaml",
+        f"{SUBDIR}/rollout.yaml", f"{SUBDIR}/storage.yaml", f"{SUBDIR}/sub/extra.yml"]
     sub = export_tree(repo, sha, f"{SUBDIR}/", tmp_path / "sub")
     assert (sub / "sub" / "extra.yml").read_text() == "images: []\n" and not (sub / "link.yaml").exists()
     assert list(export_tree(repo, sha, "absent", tmp_path / "absent").iterdir()) == []
+
+
+def test_a_pull_request_whose_files_take_a_source_file_loads(origin: Origin, tmp_path: Path) -> None:
+    """The `source:` files YAML names travel with the PR's tree (before, only YAML did: "no such file")."""
+    from reconciler.loader import load_dir
+
+    origin.branch("source")
+    origin.write(f"{SUBDIR}/files/motd", "hello from the PR\n")
+    origin.write(f"{SUBDIR}/files.yaml", "files:\n  - {path: /etc/motd, nodes: gpu01, source: files/motd}\n")
+    sha = origin.commit("a file from a source")
+    origin.push_pr(21, sha)
+    repo = origin.daemon
+    repo.git.fetch("origin", "+refs/pull/21/head:refs/test/21")
+    loaded = load_dir(export_tree(repo, sha, SUBDIR, tmp_path / "out"))
+    [entry] = loaded.state.files
+    assert entry._source_text == "hello from the PR\n"

@@ -51,7 +51,7 @@ PATH = st.lists(PATH_PART, min_size=1, max_size=3).map(lambda parts: "/" + "/".j
 CLIENT = st.one_of(
     st.ip_addresses(v=4).map(str),
     st.tuples(st.ip_addresses(v=4), st.integers(8, 32)).map(lambda t: f"{t[0]}/{t[1]}"),
-    st.from_regex(r"[a-z][a-z0-9-]{0,8}(\.[a-z]{2,5}){0,2}", fullmatch=True),
+    st.from_regex(r"[a-z]([a-z0-9-]{0,7}[a-z0-9])?(\.[a-z]{2,5}){0,2}", fullmatch=True),  # no label ends in -
     st.from_regex(r"@[a-z][a-z0-9_]{0,8}", fullmatch=True),
     st.just("*.example.com"),
 )
