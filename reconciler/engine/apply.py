@@ -29,6 +29,8 @@ class ApplyOptions:
     responding_timeout: float = 90.0
     poll_interval: float = 1.0
     should_stop: Callable[[], bool] = lambda: False
+    # {"epoch": N, "holder": NAME}: every file write carries it, and a node that saw a higher epoch refuses it
+    fence: dict[str, object] | None = None
 
 
 @dataclass
@@ -97,7 +99,8 @@ class Applier:
         spec = self.ctx.specs[host]
         writes = [(c, op) for c in changes for op in c.ops if isinstance(op, WriteFile)]
         if writes:
-            result = self.transport.run(spec, WRITE_COMMAND, stdin=write_request([op for _, op in writes]))
+            result = self.transport.run(spec, WRITE_COMMAND, stdin=write_request([op for _, op in writes],
+                                                                                self.options.fence))
             outcomes = self._write_outcomes(result.stdout, len(writes)) if result.ok else None
             for index, (change, op) in enumerate(writes):
                 if outcomes is None:

@@ -8,11 +8,12 @@ from reconciler.engine.ops import REVEAL, WriteFile
 
 BACKUP_SUFFIX = ".reconciler-bak"
 TMP_MARK = ".reconciler-tmp."
+FENCE_DIR = "/var/lib/reconciler"  # on each node: fence.json (highest epoch seen), fence.lock, writes.log
 
 # Runs on the node as `python3 -c ...`; stdin: JSON list of writes; stdout: JSON list of results.
 REMOTE_SCRIPT = r'''
 import base64, errno, glob, hashlib, json, os, pwd, grp, shutil, subprocess, sys, tempfile
-BAK, TMP = %(bak)r, %(tmp)r
+BAK, TMP, FENCE_DIR = %(bak)r, %(tmp)r, %(fence)r
 def fsync_dir(d):
     fd = os.open(d, os.O_RDONLY)
     try: os.fsync(fd)
@@ -73,19 +74,65 @@ def write(op):
             fsync_dir(d); run(op["after"])
             return {"ok": False, "error": op["after"] + " rejected the new file (old one restored): " + out}
     return {"ok": True}
+def fence_check(fence):
+    # the highest epoch this node has seen, under a lock held until the writes are done; None when allowed
+    import fcntl, time
+    fdir = fence.get("dir") or FENCE_DIR
+    os.makedirs(fdir, mode=0o700, exist_ok=True)
+    lock = open(os.path.join(fdir, "fence.lock"), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    state = os.path.join(fdir, "fence.json")
+    try:
+        with open(state) as fh: seen = json.load(fh)
+    except (OSError, ValueError): seen = {"epoch": -1, "holder": None}
+    epoch = int(fence["epoch"])
+    if epoch < int(seen.get("epoch", -1)):
+        return lock, "fenced: epoch %%d of %%s is older than epoch %%d of %%s, seen on this node" %% (
+            epoch, fence.get("holder"), int(seen["epoch"]), seen.get("holder"))
+    if epoch > int(seen.get("epoch", -1)) or seen.get("holder") != fence.get("holder"):
+        tmp = state + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"epoch": epoch, "holder": fence.get("holder"), "at": time.time()}, fh)
+            fh.flush(); os.fsync(fh.fileno())
+        os.rename(tmp, state); fsync_dir(fdir)
+    return lock, None
+def journal(fence, op):
+    import time
+    fdir = fence.get("dir") or FENCE_DIR
+    data = base64.b64decode(op["content"]) if op.get("encoding") == "base64" else op["content"].encode()
+    line = json.dumps({"at": time.time(), "epoch": int(fence["epoch"]), "holder": fence.get("holder"),
+                       "path": op["path"], "sha256": hashlib.sha256(data).hexdigest()})
+    with open(os.path.join(fdir, "writes.log"), "a") as fh:
+        fh.write(line + "\n"); fh.flush(); os.fsync(fh.fileno())
+request = json.load(sys.stdin)
+fence = request.get("fence") if isinstance(request, dict) else None
+ops = request["writes"] if isinstance(request, dict) else request
+refusal = None
+if fence:
+    held, refusal = fence_check(fence)
 results = []
-for op in json.load(sys.stdin):
+for op in ops:
+    if refusal:
+        results.append({"ok": False, "error": refusal}); continue
     try: results.append(write(op))
     except Exception as exc:
         code = errno.errorcode.get(getattr(exc, "errno", None) or 0)  # ENOSPC, EROFS, EACCES: what admins grep for
         named = " (%%s)" %% code if code else ""
         results.append({"ok": False, "error": "%%s: %%s%%s" %% (type(exc).__name__, exc, named)})
+    if fence and results[-1].get("ok"):
+        journal(fence, op)
 json.dump(results, sys.stdout)
-''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK}  # noqa: UP031
+''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK, "fence": FENCE_DIR}  # noqa: UP031
 
 WRITE_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'"
 
 
-def write_request(ops: list[WriteFile]) -> str:
-    """The JSON the remote writer reads on stdin."""
-    return json.dumps([op.model_dump(context={REVEAL: True}) for op in ops])
+def write_request(ops: list[WriteFile], fence: dict[str, object] | None = None) -> str:
+    """The JSON the remote writer reads on stdin.
+
+    FENCE (`{"epoch": N, "holder": NAME}`, optional `dir`): the node refuses every write of a request whose epoch is
+    lower than the highest it has seen (a deposed leader), remembers a higher one, and journals each write it
+    makes with its epoch (`writes.log`). Without it, writes are not fenced (a single daemon, the CLI).
+    """
+    writes = [op.model_dump(context={REVEAL: True}) for op in ops]
+    return json.dumps({"fence": fence, "writes": writes} if fence is not None else writes)
