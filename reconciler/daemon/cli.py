@@ -150,6 +150,7 @@ def _open_store(path: Path) -> Any:
 def status_data(state_dir: Path) -> dict[str, Any]:
     """Everything `reconciler status` shows, as a dict."""
     from reconciler.daemon.store import JOURNAL_KEY
+    from reconciler.ha.role import HA_KEY
 
     if not (state_dir / "state.db").exists():
         raise click.ClickException(f"no daemon state in {state_dir} (has `reconciler run` started?)")
@@ -168,6 +169,8 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "last_rollout": next(iter(store.rollouts(1)), None),
             "rolled_back": store.rolled_back(),
             "state_recovered": store.get("state_recovered"),
+            "ha": store.get(HA_KEY),
+            "ha_takeover": store.get("ha_takeover"),
         }
     finally:
         store.close()
@@ -195,6 +198,10 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
         click.echo(json.dumps(data, indent=2, default=str))
         return
     head = data["head"]
+    if data.get("ha"):
+        from reconciler.daemon.status_page import role_line
+
+        click.echo(f"role:           {role_line(data['ha'])}")
     click.echo(f"applied commit: {(data['applied_commit'] or '-')[:12]}  at {_when(data['applied_at'])}")
     if head:
         click.echo(f"newest commit:  {head['commit'][:12]}  {head['status']}")
@@ -274,6 +281,9 @@ def timeline_lines(record: dict[str, Any]) -> list[str]:
 def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int) -> None:
     """List the most recent reconcile runs."""
 
+    from reconciler.daemon.peers import merge, peer_runs
+    from reconciler.ha.role import HA_KEY, default_name
+
     path = _state_dir(config_path, state_dir) / "state.db"
     if not path.exists():
         raise click.ClickException(f"no daemon state at {path}")
@@ -281,16 +291,27 @@ def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int
     try:
         runs = store.runs(limit)
         rollouts = {r["run_id"]: r for r in store.rollouts(limit)}
+        role = store.get(HA_KEY) or {}
     finally:
         store.close()
+    ha = _config_or_exit(config_path).ha if config_path else None
+    remote, missing = peer_runs(ha.peers if ha else [], limit)
+    pair = bool(role or ha)
+    name = str(role.get("name") or (ha.name if ha else None) or default_name())
+    merged = merge(name if pair else "", runs, remote, limit)
+    for peer, why in sorted(missing.items()):
+        click.echo(f"warning: runs of {peer} missing: {why}", err=True)
     if fmt == "json":
-        click.echo(json.dumps([{**r.__dict__, "rollout": rollouts.get(r.run_id)} for r in runs], indent=2))
+        click.echo(json.dumps([{**r.__dict__, "rollout": rollouts.get(r.run_id), **({"daemon": d} if pair else {})}
+                               for d, r in merged], indent=2))
         return
-    click.echo(f"{'started':19}  {'secs':>6}  {'trigger':11}  {'mode':7}  {'commit':12}  {'outcome':11}  changes")
-    for r in runs:
+    who = f"{'daemon':10}  " if pair else ""
+    click.echo(f"{who}{'started':19}  {'secs':>6}  {'trigger':11}  {'mode':7}  {'commit':12}  {'outcome':11}  changes")
+    for daemon, r in merged:
         secs = f"{r.ended - r.started:.1f}" if r.ended else "-"
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
-        click.echo(f"{stamp}  {secs:>6}  {r.trigger:11}  {r.mode:7}  {(r.commit or '-')[:12]:12}  {r.outcome:11}  "
+        click.echo((f"{daemon[:10]:10}  " if pair else "")
+                   + f"{stamp}  {secs:>6}  {r.trigger:11}  {r.mode:7}  {(r.commit or '-')[:12]:12}  {r.outcome:11}  "
                    f"{r.applied}/{r.changes}" + (f"  {r.error.splitlines()[0][:100]}" if r.error else ""))
         if r.run_id in rollouts:
             for line in timeline_lines(rollouts[r.run_id]):

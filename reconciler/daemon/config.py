@@ -138,6 +138,53 @@ class NotificationsConfig(Strict):
     _durations = field_validator("rate_limit", "source_unreachable_after")(lambda cls, v: _duration(v))
 
 
+class PeerConfig(Strict):
+    """The other daemon of a pair, for merged history and status (its metrics_listen, reachable from here)."""
+
+    name: str = Field(description="The peer's ha.name")
+    url: str = Field(description="Base URL of the peer's status server, e.g. http://login2:9464")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/@\s]+(/.*)?$", value):
+            raise ValueError(f"url must be http(s)://host:port without credentials, got {value!r}")
+        return value.rstrip("/")
+
+
+class HAConfig(Strict):
+    """Two login nodes, one acting daemon: a lease on the Slurm controller (README "Two login nodes")."""
+
+    name: str | None = Field(default=None, description="This daemon's name in the pair (default: the short host "
+                             "name); it must differ from the peer's")
+    lease_node: str | None = Field(default=None, description="Node of the desired state that keeps the lease "
+                                   "(default: the first Slurm controller)")
+    lease_dir: str = Field(default="/var/lib/reconciler/ha", description="Directory on lease_node: lease.json, "
+                           "leases.log, journal.json")
+    lease_duration: str | int = Field(default="15s", description="A leader that has not renewed for this long is "
+                                      "replaced")
+    renew_interval: str | int = Field(default="5s", description="How often the leader renews and the standby asks")
+    peers: list[PeerConfig] = Field(default_factory=list, description="The other daemon(s): history and status "
+                                    "pages show their runs too")
+
+    _durations = field_validator("lease_duration", "renew_interval")(lambda cls, v: _duration(v))
+
+    @field_validator("lease_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("lease_dir must be an absolute path on the lease node")
+        return value
+
+    @model_validator(mode="after")
+    def _renew_in_time(self) -> HAConfig:
+        duration, renew = parse_duration(self.lease_duration), parse_duration(self.renew_interval)
+        if renew <= 0 or 2 * renew > duration:
+            raise ValueError(f"renew_interval ({self.renew_interval}) must be at most half of lease_duration "
+                             f"({self.lease_duration}): a leader must get two tries before its lease runs out")
+        return self
+
+
 class DaemonConfig(Strict):
     """Everything `reconciler run` needs."""
 
@@ -165,6 +212,8 @@ class DaemonConfig(Strict):
     notifications: NotificationsConfig | None = None
     age_identity: str | None = Field(default=None, description="age identity file (relative: to this file's "
                                      "directory) that decrypts the desired state's .age files on this node")
+    ha: HAConfig | None = Field(default=None, description="Run as one of two daemons on two login nodes (leader "
+                                "election with fencing); absent: a single daemon")
 
     _durations = field_validator("poll_interval", "drift_interval", "drain_timeout",
                                  "ssh_idle_timeout")(lambda cls, v: _duration(v))
@@ -190,6 +239,11 @@ class DaemonConfig(Strict):
     def seconds(self, name: str) -> int:
         """A duration field in seconds."""
         return parse_duration(getattr(self, name))
+
+    def ha_seconds(self, name: str) -> int:
+        """A duration field of the `ha:` section in seconds."""
+        assert self.ha is not None
+        return parse_duration(getattr(self.ha, name))
 
     @property
     def state_path(self) -> Path:

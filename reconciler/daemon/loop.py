@@ -21,9 +21,10 @@ from reconciler.backend.base import Transport
 from reconciler.checks import store as check_store
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.leadership import MirroredJournal, fenced, mirror, take_over
 from reconciler.daemon.logs import redact_url_credentials
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.rollouts import StoreJournal, outcome_of, rolled_back_record
+from reconciler.daemon.rollouts import outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import Store
@@ -34,6 +35,7 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.facts.models import ClusterFacts, SlurmNodeFact
+from reconciler.ha.role import HighAvailability
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
@@ -96,12 +98,46 @@ class Reconciler:
         # The identity that decrypts the desired state's .age files (read once: `run` checked it can be read).
         self.age_identity = str(self.config_dir / config.age_identity) if config.age_identity else None
         self.age_identities = load_identities(self.age_identity) if self.age_identity else None
+        # Two login nodes (config `ha:`): the role, the desired state the lease thread reaches the lease node with,
+        # and the term whose takeover was done (reconciler/daemon/leadership.py). None: a single daemon.
+        self.ha: HighAvailability | None = None
+        self.ha_loaded: LoadedState | None = None
+        self._acted_epoch: int | None = None
         self._source_failing_since: float | None = None  # first of the current run of failed fetches
         self._source_down_sent = False
         head = store.get("head_status") or {}
         metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
         with contextlib.suppress(sqlite3.Error):  # a restart keeps the GPU faults of the latest results too
             metrics.set_gpu_faults(check_store.latest(store.conn))
+
+    # ------------------------------------------------------------ role (one daemon, or one of a pair)
+
+    def acts(self) -> bool:
+        """Whether this daemon may change the cluster: a single daemon always, one of a pair while it leads."""
+        return self.ha is None or self.ha.is_leader()
+
+    @property
+    def mode(self) -> str:
+        """The configured mode while acting; `report` on a standby."""
+        return self.config.mode if self.acts() else "report"
+
+    def takeover_due(self) -> bool:
+        """Whether this daemon became the leader and has not taken over yet (the loop runs a cycle at once)."""
+        return self.ha is not None and self.ha.is_leader() and self.ha.epoch != self._acted_epoch
+
+    def _leadership(self, target: Target) -> bool:
+        """Renew or take the lease (first cycle), take over when newly leader; True when a takeover happened."""
+        assert self.ha is not None
+        self.ha_loaded = target.loaded
+        if not self.ha.started:
+            self.ha.tick()
+            self.ha.start(self.stop)
+        if not self.ha.is_leader() or self.ha.epoch == self._acted_epoch:
+            return False
+        epoch = self.ha.epoch
+        take_over(self, self.ha)
+        self._acted_epoch = epoch
+        return True
 
     # ------------------------------------------------------------ what to reconcile
 
@@ -273,8 +309,10 @@ class Reconciler:
         if target is None:
             self.log.warning("cycle.no_target", reason="no valid desired state yet")
             return None
-        journal = StoreJournal(self.store).load()
-        if journal is not None and self.config.mode == "enforce":
+        if self.ha is not None and self._leadership(target):
+            force, trigger = True, "takeover"
+        journal = MirroredJournal(self.store, self.ha).load()
+        if journal is not None and self.mode == "enforce":
             return self.recover(journal)
         rolled_back = self.store.rolled_back()
         if target.commit in rolled_back:
@@ -300,8 +338,9 @@ class Reconciler:
         log = self.log.bind(run_id=run_id, commit=target.commit[:12])
         structlog.contextvars.bind_contextvars(run_id=run_id, commit=target.commit[:12])
         started = time.monotonic()
-        self.store.start_run(run_id, trigger, self.config.mode, target.commit, target.subject)
-        log.info("run.start", trigger=trigger, mode=self.config.mode, subject=target.subject)
+        mode = self.mode  # for the whole run: a standby's run stays a report even if it takes over meanwhile
+        self.store.start_run(run_id, trigger, mode, target.commit, target.subject)
+        log.info("run.start", trigger=trigger, mode=mode, subject=target.subject)
         outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
         run: Reconcile | None = None
         leases = contextlib.ExitStack()
@@ -319,10 +358,12 @@ class Reconciler:
             self._report_plan(plan, log, is_drift, run_id, target)
             changes, nodes = len(plan.changing()), len(plan.nodes_changing())
             error = _plan_problems(plan)
-            if self.config.mode == "report" or not plan.has_changes:
+            if mode == "report" or not plan.has_changes:
                 outcome = "drift" if plan.has_changes else ("partial" if error else "in-sync")
                 if not plan.has_changes and not error:
                     self._mark_applied(target)
+            elif not self.acts():
+                outcome, error = "drift", "not applied: this daemon lost the lease before applying"
             elif not is_drift and target.loaded.state.rollout.waves == "progressive":
                 rollout = self._rollout(run, plan, target, run_id, log)
                 applied = len(rollout.applied)
@@ -337,6 +378,7 @@ class Reconciler:
                 if outcome == "applied":
                     self._mark_applied(target)
                     self.store.set(PENDING_FOLLOWUPS, None)
+                    mirror(self.ha, {"followups": None}, required=False)
             else:
                 result = self._apply(run, plan, log)
                 applied = len(result.applied)
@@ -354,6 +396,7 @@ class Reconciler:
                 if outcome == "applied":
                     self._mark_applied(target)
                     self.store.set(PENDING_FOLLOWUPS, None)
+                    mirror(self.ha, {"followups": None}, required=False)
             self._after_outcome(outcome, target.commit)
             self.last_state = target.loaded.state
             self.check_target = target.loaded
@@ -369,7 +412,7 @@ class Reconciler:
             self._count_connects()
         duration = time.monotonic() - started
         self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
-        self.metrics.duration.labels(mode=self.config.mode).observe(duration)
+        self.metrics.duration.labels(mode=mode).observe(duration)
         self.metrics.runs.labels(outcome=outcome).inc()
         self.metrics.last_run.set(clock.wall())
         if outcome in ("applied", "in-sync", "drift"):
@@ -397,6 +440,8 @@ class Reconciler:
 
     def _after_cycle(self, run: Reconcile, target: Target, applied_something: bool, applied: int, log: Any) -> None:
         """Hand health checks and PR reports to the workers (daemon) or run them now (--once)."""
+        if not self.acts():
+            return  # a standby never drains and never comments: its leader does
         if self.background is not None:
             if applied_something and self.config.checks_after_apply:
                 self.background.checks.request(None, "after-apply")
@@ -517,8 +562,8 @@ class Reconciler:
         previous = self._target_of(self.state.applied) if self.state.applied else None
         if previous is not None and self.source is not None:
             self.source.checkout(target.commit)  # the work tree follows the commit being applied
-        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, run.transport,
-                               self._apply_options(), StoreJournal(self.store),
+        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, fenced(self.ha, run.transport),
+                               self._apply_options(), MirroredJournal(self.store, self.ha),
                                log=lambda line: log.info("rollout.step", step=line),
                                on_event=lambda kind, data: self._rollout_event(kind, data, target))
         started = clock.wall()
@@ -533,7 +578,7 @@ class Reconciler:
         run_id = _run_id()
         commit = str(journal.get("commit") or "")
         log = self.log.bind(run_id=run_id, commit=commit[:12])
-        self.store.start_run(run_id, "recover", self.config.mode, commit or None, None)
+        self.store.start_run(run_id, "recover", self.mode, commit or None, None)
         log.warning("rollout.recover", phase=journal.get("phase"), wave=int(journal.get("wave", 0)) + 1,
                     previous=journal.get("previous"))
         outcome, error, applied = "error", None, 0
@@ -545,9 +590,11 @@ class Reconciler:
                 raise RuntimeError(f"the commit in flight ({commit[:12]}) cannot be loaded again")
             if self.source is not None:
                 self.source.checkout(commit)
-            with self.sessions.lease(new.loaded, self.config.ssh.forks, cycle=True) as transport:
+            with self.sessions.lease(new.loaded, self.config.ssh.forks, cycle=True) as plain:
+                transport = fenced(self.ha, plain)
                 runner = RolloutRunner(new.loaded, old.loaded if old else None, transport, self._apply_options(),
-                                       StoreJournal(self.store), log=lambda line: log.info("rollout.step", step=line),
+                                       MirroredJournal(self.store, self.ha),
+                                       log=lambda line: log.info("rollout.step", step=line),
                                        on_event=lambda kind, data: self._rollout_event(kind, data, new))
                 with self.gate.applying(lambda: None, self.stop):
                     result = runner.resume(journal)
@@ -572,8 +619,9 @@ class Reconciler:
         self.metrics.rollout_wave.set(0)
         self.metrics.rollout_waves.set(0)
         if result.status in ("rolled-back", "rollback-failed") and result.commit:
-            self.store.mark_rolled_back(result.commit, {**rolled_back_record(result), "at": clock.wall(),
-                                                        "status": result.status})
+            mark = {**rolled_back_record(result), "at": clock.wall(), "status": result.status}
+            self.store.mark_rolled_back(result.commit, mark)
+            mirror(self.ha, {"rolled_back": {**self.store.rolled_back(), result.commit: mark}}, required=False)
             self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
             self._note_rollback_on_pr(result.commit, rolled_back_record(result))
 
@@ -649,13 +697,16 @@ class Reconciler:
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
         options = self._apply_options()
+        run.transport = fenced(self.ha, run.transport)
         preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
         with self.gate.applying(preempt, self.stop) as preempted:  # never at the same time as a health check
             if preempted:
                 log.info("checks.preempted", reason="apply")
             if plan.followups:
                 # Journal the follow-ups first: a crash after the files are written must still restart the daemons.
-                self.store.set(PENDING_FOLLOWUPS, [step.model_dump(mode="json") for step in plan.followups])
+                pending = [step.model_dump(mode="json") for step in plan.followups]
+                self.store.set(PENDING_FOLLOWUPS, pending)
+                mirror(self.ha, {"followups": pending}, required=True)
             return run.apply(plan, options, log=lambda line: log.info("apply.step", **_step_fields(line)))
 
     def _apply_outcome(self, result: ApplyResult, plan: Plan, error: str | None) -> tuple[str, str | None]:
@@ -690,6 +741,7 @@ class Reconciler:
         self.store.set("applied_commit", target.commit)
         self.store.set("applied_at", clock.wall())
         self.metrics.set_commit(self.metrics.applied_commit, target.commit, target.subject)
+        mirror(self.ha, {"applied": {"commit": target.commit, "at": clock.wall()}}, required=False)
 
 
 def _plan_problems(plan: Plan) -> str | None:

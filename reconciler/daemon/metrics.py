@@ -83,6 +83,8 @@ class Metrics:
                                 registry=r)
         self.source_ok = Gauge("reconciler_source_valid", "1 when the newest commit validates and may be applied",
                                registry=r)
+        self.leader = Gauge("reconciler_leader", "1 on the daemon of a pair that holds the lease (acts), 0 on the "
+                            "standby", ["node"], registry=r)
         self.unreachable = Gauge("reconciler_unreachable_nodes", "Nodes that could not be reached in the last run",
                                  registry=r)
         self.check_ok = Gauge("reconciler_check_ok", "1 when the health check passed on the node",
@@ -106,15 +108,16 @@ class Metrics:
                                "(gpu: its index, empty for the node's GPUs as a whole; kind: xid, ecc, nvlink, ...)",
                                ["node", "gpu", "kind"], registry=r)
 
-    def serve(self, listen: str, page: Callable[[], str] | None = None) -> Any:
-        """Serve /metrics (and PAGE's HTML at /) on host:port in a background thread; return the server."""
+    def serve(self, listen: str, page: Callable[[], str] | None = None,
+              runs: Callable[[int], str] | None = None) -> Any:
+        """Serve /metrics (PAGE's HTML at /, RUNS' JSON at /runs.json) on host:port in a thread; return the server."""
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
 
         class Server(ThreadingWSGIServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-        httpd = make_server(host, int(port), wsgi_app(self.registry, page), Server, handler_class=_QuietHandler)
+        httpd = make_server(host, int(port), wsgi_app(self.registry, page, runs), Server, handler_class=_QuietHandler)
         threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http").start()
         return httpd
 
@@ -124,6 +127,10 @@ class Metrics:
         self.drifted.clear()
         for node, driver in {(n, d) for n in nodes for d in drivers} | tally.keys():
             self.drifted.labels(node=node, driver=driver).set(tally.get((node, driver), 0))
+
+    def set_leader(self, node: str, leader: bool) -> None:
+        """This daemon's role in a pair (reconciler_leader{node})."""
+        self.leader.labels(node=node).set(1 if leader else 0)
 
     def set_drained(self, drained: dict[str, str | None]) -> None:
         """Set the drained-node gauge: node -> its drain reason (only drained nodes are exported)."""
@@ -157,8 +164,9 @@ SECURITY_HEADERS = [("Content-Security-Policy", "default-src 'none'; style-src '
                     ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store")]
 
 
-def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None) -> Callable[..., Iterable[bytes]]:
-    """The listener's WSGI app: /metrics from the registry, / the status page; read-only (GET and HEAD)."""
+def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None,
+             runs: Callable[[int], str] | None = None) -> Callable[..., Iterable[bytes]]:
+    """The listener's WSGI app: /metrics, / the status page, /runs.json (for a pair's peer); read-only."""
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -177,6 +185,15 @@ def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None) -> Cal
                 status = "500 Internal Server Error"
             start_response(status, [("Content-Type", "text/html; charset=utf-8" if status == "200 OK" else
                                      "text/plain"), ("Content-Length", str(len(body))), *SECURITY_HEADERS])
+            return [] if method == "HEAD" else [body]
+        if path == "/runs.json" and runs is not None:
+            query = environ.get("QUERY_STRING") or ""
+            limit = int(query[6:]) if query.startswith("limit=") and query[6:].isdigit() else 20
+            try:
+                body, status = runs(min(limit, 500)).encode(), "200 OK"
+            except Exception as exc:  # noqa: BLE001
+                body, status = f"runs unavailable: {type(exc).__name__}\n".encode(), "500 Internal Server Error"
+            start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [] if method == "HEAD" else [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found: try / or /metrics\n"]

@@ -16,6 +16,7 @@ import structlog
 
 from reconciler.daemon import logs
 from reconciler.daemon.config import DaemonConfig, load_config
+from reconciler.daemon.leadership import make_ha
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.sessions import Sessions
@@ -166,10 +167,12 @@ class Daemon:
         metrics = Metrics()
         server: Any = None
         if self.config.metrics_listen:
-            server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None)
+            server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None,
+                                   self._runs_json)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
         reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
         reconciler.sessions = Sessions(float(self.config.seconds("ssh_idle_timeout")))
+        reconciler.ha = make_ha(reconciler, self.wake)
         reconciler.background = Background(reconciler, reconciler.sessions, reconciler.gate, store.path)
         reconciler.background.start()
         self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
@@ -181,6 +184,8 @@ class Daemon:
             self.stop.set()
             if not reconciler.background.stop():
                 self.log.warning("daemon.workers_still_running", reason="did not end in time; exiting anyway")
+            if reconciler.ha is not None:
+                reconciler.ha.release()  # the standby takes over at its next renewal instead of after expiry
             reconciler.sessions.close()
             if reconciler.notifier is not None:
                 reconciler.notifier.close(timeout=5.0)  # what the last cycle queued (a dead target: 5 s at most)
@@ -195,9 +200,25 @@ class Daemon:
 
     def _status_page(self) -> str:
         """The HTML of `/`, read from the state database at each request (its own read-only connection)."""
-        from reconciler.daemon.status_page import load_snapshot, render
+        from reconciler.daemon.peers import peer_runs
+        from reconciler.daemon.status_page import MAX_RUNS, load_snapshot, render
 
-        return render(load_snapshot(self.config.state_path / "state.db", self.config.mode, self._source_text()))
+        snapshot = load_snapshot(self.config.state_path / "state.db", self.config.mode, self._source_text())
+        if self.config.ha is not None:
+            snapshot.daemon = self._daemon_name()
+            snapshot.peer_runs, snapshot.peer_errors = peer_runs(self.config.ha.peers, MAX_RUNS)
+        return render(snapshot)
+
+    def _daemon_name(self) -> str:
+        from reconciler.ha.role import default_name
+
+        return (self.config.ha.name if self.config.ha else None) or default_name()
+
+    def _runs_json(self, limit: int) -> str:
+        """/runs.json: this daemon's runs for its peer's history and page."""
+        from reconciler.daemon.peers import runs_json
+
+        return runs_json(self.config.state_path / "state.db", self._daemon_name(), limit)
 
     def _source_text(self) -> str:
         if self.config.repository:
@@ -223,6 +244,8 @@ class Daemon:
                 trigger = "poll"
             if trigger is None and reconciler.due(time.monotonic()):
                 trigger = "drift-check"
+            if trigger is None and reconciler.takeover_due():
+                trigger = "takeover"
             if reconciler.sessions.reap():
                 reconciler.log.debug("ssh.idle_closed")
             if trigger is not None:

@@ -18,6 +18,7 @@ from typing import Any
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
+from reconciler.ha.role import HA_KEY
 
 DRAINED_KEY = "drained_nodes"  # meta key: {"at": unix time, "nodes": [{"node", "state", "reason"}]}
 MAX_RUNS = 20
@@ -83,6 +84,10 @@ class Snapshot:
     rollout_in_flight: dict[str, Any] | None = None  # the journal of the rollout under way
     rollouts: list[dict[str, Any]] = field(default_factory=list)  # recent rollout records, newest first
     rolled_back: dict[str, Any] = field(default_factory=dict)  # commit -> why, never applied again
+    ha: dict[str, Any] | None = None  # this daemon's role in a pair (reconciler/ha/role.py snapshot)
+    daemon: str | None = None  # this daemon's name in a pair: the runs table then shows both daemons' runs
+    peer_runs: list[tuple[str, RunRecord]] = field(default_factory=list)
+    peer_errors: dict[str, str] = field(default_factory=dict)  # peer -> why its runs are missing
 
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
@@ -99,6 +104,7 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.runs, snap.drift = store.runs(MAX_RUNS), store.current_drift()
         snap.rollout_in_flight = store.get(JOURNAL_KEY)
         snap.rollouts, snap.rolled_back = store.rollouts(MAX_ROLLOUTS), store.rolled_back()
+        snap.ha = store.get(HA_KEY)
         drained = store.get(DRAINED_KEY) or {}
         snap.drained_at = drained.get("at")
         snap.drained = [DrainedNode(d["node"], d["state"], d.get("reason")) for d in drained.get("nodes", [])]
@@ -171,22 +177,47 @@ def _source_section(s: Snapshot) -> str:
         lines.append(f'<dt>source</dt><dd class="bad">unreachable since {_when(s.source_error.get("at"), s.generated)}'
                      f': {_t(s.source_error.get("error", ""))}</dd>')
     if s.mode:
-        lines.append(f"<dt>mode</dt><dd>{_t(s.mode)}</dd>")
+        mode = s.mode if not s.ha or s.ha.get("role") == "leader" else f"{s.mode} (standby: report only)"
+        lines.append(f"<dt>mode</dt><dd>{_t(mode)}</dd>")
+    if s.ha:
+        lines.append(f'<dt>role</dt><dd id="role">{_t(role_line(s.ha))}</dd>')
     if s.source:
         lines.append(f"<dt>following</dt><dd><code>{_t(s.source)}</code></dd>")
     return '<section id="source"><h2>Source</h2><dl>' + "".join(lines) + "</dl></section>"
 
 
 def _runs_section(s: Snapshot) -> str:
+    from reconciler.daemon.peers import merge
+
     rows = []
-    for r in s.runs:
+    runs = merge(s.daemon, s.runs, s.peer_runs, MAX_RUNS) if s.daemon else [("", r) for r in s.runs]
+    for daemon, r in runs:
         secs = f"{r.ended - r.started:.1f}" if r.ended else "-"
         error = _t(r.error.splitlines()[0][:300]) if r.error else ""
-        rows.append([_when(r.started, s.generated), secs, _t(r.trigger), _t(r.mode), _commit(r.commit),
-                     f'<span class="badge {_t(r.outcome)}">{_t(r.outcome)}</span>', f"{r.applied}/{r.changes}", error])
-    table = _table(["started", "seconds", "trigger", "mode", "commit", "outcome", "applied/changes", "error"], rows,
-                   "runs") if rows else "<p>No run yet.</p>"
-    return f'<section id="runs"><h2>Last runs</h2>{table}</section>'
+        row = [_when(r.started, s.generated), secs, _t(r.trigger), _t(r.mode), _commit(r.commit),
+               f'<span class="badge {_t(r.outcome)}">{_t(r.outcome)}</span>', f"{r.applied}/{r.changes}", error]
+        rows.append([_t(daemon), *row] if s.daemon else row)
+    head = ["started", "seconds", "trigger", "mode", "commit", "outcome", "applied/changes", "error"]
+    table = _table(["daemon", *head] if s.daemon else head, rows, "runs") if rows else "<p>No run yet.</p>"
+    missing = "".join(f'<p class="bad">runs of {_t(peer)} missing: {_t(why)}</p>'
+                      for peer, why in sorted(s.peer_errors.items()))
+    return f'<section id="runs"><h2>Last runs</h2>{table}{missing}</section>'
+
+
+def role_line(ha: dict[str, Any]) -> str:
+    """One line on a daemon's role in a pair (status page and `reconciler status`)."""
+    where = f"lease on {ha.get('lease_node') or 'the controller'}"
+    if ha.get("role") == "leader":
+        return f"leader: {ha.get('name')} (epoch {ha.get('epoch')}, {where}, {ha.get('expires_in')}s left)"
+    leader = ha.get("leader")
+    line = f"standby: {ha.get('name')}; leader " + (f"{leader} (epoch {ha.get('lease_epoch')}"
+                                                     + (f", {ha['leader_address']}" if ha.get("leader_address") else "")
+                                                     + ")" if leader else "none")
+    if ha.get("error"):
+        line += f"; lease node unreachable: {ha['error']}"
+    if ha.get("stepped_down"):
+        line += f"; stepped down: {ha['stepped_down']}"
+    return line
 
 
 def _drift_section(s: Snapshot) -> str:

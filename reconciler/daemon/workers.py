@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from reconciler.daemon.leadership import fenced
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store
 from reconciler.facts.models import ClusterFacts
@@ -137,6 +138,8 @@ class CheckWorker(threading.Thread):
                 loaded = self.reconciler.check_target
                 if stop.is_set() or loaded is None or not (loaded.state.checks.node or loaded.state.checks.nccl):
                     continue
+                if not self.reconciler.acts():
+                    continue  # a standby: its leader checks and drains
                 job = self._take(store)
                 if job is None:
                     continue
@@ -145,7 +148,8 @@ class CheckWorker(threading.Thread):
                     time.sleep(0.2)
                     continue
                 try:
-                    with self.sessions.lease(loaded, self.reconciler.config.ssh.forks) as transport:
+                    with self.sessions.lease(loaded, self.reconciler.config.ssh.forks) as plain:
+                        transport = fenced(self.reconciler.ha, plain)  # drains and resumes carry the epoch
                         self._current = (loaded, transport)
                         self.reconciler.run_checks(transport, loaded, job[0], job[1], store,
                                                    lambda: stop.is_set() or self.gate.cancel.is_set())
@@ -207,8 +211,8 @@ class PrWorker(threading.Thread):
                 snapshot = self._snapshot
                 if reconciler.stop.is_set() or forge is None or snapshot is None:
                     continue
-                if time.monotonic() - last < interval:
-                    continue
+                if time.monotonic() - last < interval or not reconciler.acts():
+                    continue  # not due, or a standby (only the leader comments)
                 last = time.monotonic()
                 try:
                     repo = repo or git.Repo(reconciler.source.path)  # its own object: GitPython is not thread-safe

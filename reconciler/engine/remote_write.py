@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+from reconciler.engine.fence import FENCE_CHECK_SOURCE, FENCE_DIR
 from reconciler.engine.ops import REVEAL, WriteFile
 
 BACKUP_SUFFIX = ".reconciler-bak"
 TMP_MARK = ".reconciler-tmp."
-FENCE_DIR = "/var/lib/reconciler"  # on each node: fence.json (highest epoch seen), fence.lock, writes.log
 
 # Runs on the node as `python3 -c ...`; stdin: JSON list of writes; stdout: JSON list of results.
 REMOTE_SCRIPT = r'''
@@ -74,28 +74,6 @@ def write(op):
             fsync_dir(d); run(op["after"])
             return {"ok": False, "error": op["after"] + " rejected the new file (old one restored): " + out}
     return {"ok": True}
-def fence_check(fence):
-    # the highest epoch this node has seen, under a lock held until the writes are done; None when allowed
-    import fcntl, time
-    fdir = fence.get("dir") or FENCE_DIR
-    os.makedirs(fdir, mode=0o700, exist_ok=True)
-    lock = open(os.path.join(fdir, "fence.lock"), "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    state = os.path.join(fdir, "fence.json")
-    try:
-        with open(state) as fh: seen = json.load(fh)
-    except (OSError, ValueError): seen = {"epoch": -1, "holder": None}
-    epoch = int(fence["epoch"])
-    if epoch < int(seen.get("epoch", -1)):
-        return lock, "fenced: epoch %%d of %%s is older than epoch %%d of %%s, seen on this node" %% (
-            epoch, fence.get("holder"), int(seen["epoch"]), seen.get("holder"))
-    if epoch > int(seen.get("epoch", -1)) or seen.get("holder") != fence.get("holder"):
-        tmp = state + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"epoch": epoch, "holder": fence.get("holder"), "at": time.time()}, fh)
-            fh.flush(); os.fsync(fh.fileno())
-        os.rename(tmp, state); fsync_dir(fdir)
-    return lock, None
 def journal(fence, op):
     import time
     fdir = fence.get("dir") or FENCE_DIR
@@ -124,6 +102,8 @@ for op in ops:
 json.dump(results, sys.stdout)
 ''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK, "fence": FENCE_DIR}  # noqa: UP031
 
+REMOTE_SCRIPT = REMOTE_SCRIPT.replace("\nrequest = json.load(sys.stdin)",
+                                      FENCE_CHECK_SOURCE + "request = json.load(sys.stdin)", 1)
 WRITE_COMMAND = "python3 -c " + "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'"
 
 

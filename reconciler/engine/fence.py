@@ -1,0 +1,165 @@
+"""Fencing tokens on the nodes: a leader's epoch travels with every write and command; nodes refuse older epochs.
+
+A deposed leader (paused, partitioned, not yet aware) may still send. Each node keeps the highest epoch it has
+seen in `/var/lib/reconciler/fence.json` (under `fence.lock`), and refuses a request carrying a lower one: the
+file writer refuses the request's writes (reconciler/engine/remote_write.py), a fenced command exits
+FENCED_EXIT without running. So once a successor has reached a node, nothing of its predecessor lands there.
+`FencingTransport` wraps the transport of the daemon that holds the lease (reconciler/ha).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from reconciler.backend.base import CommandResult, Transport
+from reconciler.inventory import NodeSpec
+from reconciler.rollout.failpoints import failpoint
+
+FENCE_DIR = "/var/lib/reconciler"  # on each node: fence.json (highest epoch seen), fence.lock, writes.log
+FENCED_EXIT = 75  # EX_TEMPFAIL: a fenced command that was refused
+FENCED_PREFIX = "fenced: "
+
+# Shared by the file writer and the fenced command runner (plain Python source; no %-formatting in it).
+FENCE_CHECK_SOURCE = r'''
+def fence_check(fence):
+    # the highest epoch this node has seen, under a lock held until the caller is done; None when allowed
+    import fcntl, json, os, time
+    fdir = fence.get("dir") or "/var/lib/reconciler"
+    os.makedirs(fdir, mode=0o700, exist_ok=True)
+    lock = open(os.path.join(fdir, "fence.lock"), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    state = os.path.join(fdir, "fence.json")
+    try:
+        with open(state) as fh: seen = json.load(fh)
+    except (OSError, ValueError): seen = {"epoch": -1, "holder": None}
+    epoch = int(fence["epoch"])
+    if epoch < int(seen.get("epoch", -1)):
+        return lock, "fenced: epoch %d of %s is older than epoch %d of %s, seen on this node" % (
+            epoch, fence.get("holder"), int(seen["epoch"]), seen.get("holder"))
+    if epoch > int(seen.get("epoch", -1)) or seen.get("holder") != fence.get("holder"):
+        tmp = state + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"epoch": epoch, "holder": fence.get("holder"), "at": time.time()}, fh)
+            fh.flush(); os.fsync(fh.fileno())
+        os.rename(tmp, state)
+        fd = os.open(fdir, os.O_RDONLY)
+        try: os.fsync(fd)
+        finally: os.close(fd)
+    return lock, None
+'''
+
+# argv: EPOCH HOLDER DIR COMMAND. Checks (and records) the epoch, then becomes `sh -c COMMAND` (same stdin/stdout).
+RUN_SCRIPT = FENCE_CHECK_SOURCE + r'''
+import os, sys
+lock, refusal = fence_check({"epoch": sys.argv[1], "holder": sys.argv[2], "dir": sys.argv[3]})
+if refusal:
+    sys.stderr.write(refusal + "\n"); sys.exit(75)
+lock.close()
+os.execv("/bin/sh", ["sh", "-c", sys.argv[4]])
+'''
+
+
+def fenced_command(command: str, fence: dict[str, Any]) -> str:
+    """COMMAND, run on the node only while FENCE's epoch is not older than the highest the node has seen."""
+    return " ".join(["python3", "-c", shlex.quote(RUN_SCRIPT), str(int(fence["epoch"])),
+                     shlex.quote(str(fence.get("holder") or "")), shlex.quote(str(fence.get("dir") or FENCE_DIR)),
+                     shlex.quote(command)])
+
+
+def is_fenced(result: CommandResult) -> bool:
+    """Whether a node refused the command (or the writes) for an older epoch."""
+    text = result.stderr + result.stdout
+    return FENCED_PREFIX in text and (result.exit_code == FENCED_EXIT or '"error": "fenced: ' in text)
+
+
+class NotLeader(RuntimeError):
+    """This daemon no longer holds the lease: nothing is sent."""
+
+
+class FencingTransport:
+    """A transport whose every command carries the current epoch (FENCE()); a refusal calls ON_FENCED.
+
+    FENCE returns None when this process believes it no longer leads: the command is then not sent at all and
+    fails here (the local check). The nodes' check covers what the local one cannot see: a process paused after
+    its check, a lease that expired while a request was on the wire.
+    """
+
+    def __init__(self, inner: Transport, fence: Callable[[], dict[str, Any] | None],
+                 on_fenced: Callable[[str], None], write_command: str) -> None:
+        self.inner, self.fence, self.on_fenced, self.write_command = inner, fence, on_fenced, write_command
+
+    @property
+    def round_trips(self) -> dict[str, int]:
+        """The wrapped transport's counters."""
+        return self.inner.round_trips
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # ask_many (fact agents: read-only), counters, new_cycle, ...
+
+    def _wrap(self, command: str, stdin: str | None) -> tuple[str, str | None]:
+        fence = self.fence()
+        if fence is None:
+            raise NotLeader("this daemon no longer holds the lease; nothing sent")
+        if command == self.write_command:
+            failpoint("fence.before-write")
+            return command, _with_fence(stdin, fence)
+        return fenced_command(command, fence), stdin
+
+    def _seen(self, result: CommandResult) -> CommandResult:
+        if is_fenced(result):
+            self.on_fenced(f"{result.node}: {_refusal(result)}")
+        return result
+
+    def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
+            timeout: float | None = None) -> CommandResult:
+        """Run COMMAND fenced (see the class)."""
+        try:
+            wrapped, body = self._wrap(command, stdin)
+        except NotLeader as exc:
+            return CommandResult(node.name, None, "", "", 0.0, error=str(exc))
+        return self._seen(self.inner.run(node, wrapped, stdin=body, timeout=timeout))
+
+    def run_many(self, nodes: list[NodeSpec], command: Any, *, stdin: Any = None,
+                 timeout: float | None = None) -> dict[str, CommandResult]:
+        """Run a command (or a per-node command) on many nodes, each fenced."""
+        fence = self.fence()
+        if fence is None:
+            return {n.name: CommandResult(n.name, None, "", "", 0.0, error="this daemon no longer holds the lease; "
+                                          "nothing sent") for n in nodes}
+        per_node = command if callable(command) else (lambda _spec: command)
+
+        def wrapped(spec: NodeSpec) -> str:
+            return fenced_command(per_node(spec), fence)
+
+        results = self.inner.run_many(nodes, wrapped, stdin=stdin, timeout=timeout)
+        for result in results.values():
+            self._seen(result)
+        return results
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.inner.close()
+
+    def __enter__(self) -> FencingTransport:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _with_fence(stdin: str | None, fence: dict[str, Any]) -> str:
+    import json
+
+    request = json.loads(stdin or "[]")
+    writes = request["writes"] if isinstance(request, dict) else request
+    return json.dumps({"fence": fence, "writes": writes})
+
+
+def _refusal(result: CommandResult) -> str:
+    for line in (result.stderr + "\n" + result.stdout).splitlines():
+        if FENCED_PREFIX in line:
+            start = line.index(FENCED_PREFIX)
+            return line[start:].split('"')[0].strip()
+    return "fenced"
