@@ -161,6 +161,8 @@ class HAConfig(Strict):
                                    "(default: the first Slurm controller)")
     lease_dir: str = Field(default="/var/lib/reconciler/ha", description="Directory on lease_node: lease.json, "
                            "leases.log, journal.json")
+    fence_dir: str = Field(default="/var/lib/reconciler", description="Directory on every node where the highest "
+                           "epoch seen is kept (fence.json) and fenced writes are journaled (writes.log)")
     lease_duration: str | int = Field(default="15s", description="A leader that has not renewed for this long is "
                                       "replaced")
     renew_interval: str | int = Field(default="5s", description="How often the leader renews and the standby asks")
@@ -169,11 +171,11 @@ class HAConfig(Strict):
 
     _durations = field_validator("lease_duration", "renew_interval")(lambda cls, v: _duration(v))
 
-    @field_validator("lease_dir")
+    @field_validator("lease_dir", "fence_dir")
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError("lease_dir must be an absolute path on the lease node")
+            raise ValueError("must be an absolute path on the nodes")
         return value
 
     @model_validator(mode="after")

@@ -553,7 +553,8 @@ class Reconciler:
 
     def _apply_options(self) -> ApplyOptions:
         return ApplyOptions(max_unavailable=self.config.max_unavailable, max_fail_percent=self.config.max_fail_percent,
-                            drain_timeout=float(self.config.seconds("drain_timeout")), should_stop=self.stop.is_set)
+                            drain_timeout=float(self.config.seconds("drain_timeout")),
+                            should_stop=lambda: self.stop.is_set() or not self.acts())  # SIGTERM, or lease lost
 
     # ------------------------------------------------------------ progressive rollouts
 

@@ -54,7 +54,9 @@ me, op, out = req.get("holder"), req["op"], {}
 mine = live and lease.get("holder") == me and lease.get("epoch") == req.get("epoch")
 if op == "acquire" and (mine or not live):
     if not mine:  # nobody holds it, it expired, or this holder lost its term (a restart): a new term
-        lease.update(epoch=int(lease.get("epoch", 0)) + 1, holder=me, since=time.time())
+        # floor: a node refused a lower epoch (this store was lost and started over): terms go on above it
+        epoch = max(int(lease.get("epoch", 0)) + 1, int(req.get("floor") or 0))
+        lease.update(epoch=epoch, holder=me, since=time.time())
         log("acquired", lease)
     lease.update(expires=now + float(req["duration"]), boot=boot, renewed=time.time(), address=req.get("address"))
     save("lease.json", lease)

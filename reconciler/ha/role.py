@@ -10,6 +10,7 @@ the lease ends) the nodes' fencing covers (reconciler/engine/fence.py).
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class HighAvailability:
         self.error: str | None = None
         self.stepped_down: str | None = None  # why it last stopped leading
         self.ticked = False
+        self.floor = 0  # the next term's lowest epoch: above any a node told us it has seen
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ the lease
@@ -58,7 +60,8 @@ class HighAvailability:
             sent = time.monotonic()
             try:
                 view = self.store.call(transport, node, {"op": "acquire", "holder": self.name, "epoch": self.epoch,
-                                                         "duration": self.duration, "address": self.address})
+                                                         "duration": self.duration, "address": self.address,
+                                                         "floor": self.floor})
             except LeaseError as exc:
                 self._failed(str(exc))
                 return
@@ -96,8 +99,15 @@ class HighAvailability:
         self.epoch, self.valid_until, self.stepped_down = None, 0.0, reason
 
     def fenced(self, detail: str) -> None:
-        """A node refused our epoch: a successor has acted there. Stop acting at once."""
+        """A node refused our epoch: a successor has acted there. Stop acting at once.
+
+        The refusal names the epoch the node has seen; the next term starts above it, so a lease store that was
+        lost and started over at epoch 1 (a reinstalled controller) heals itself instead of being refused forever.
+        """
+        seen = re.search(r"older than epoch (\d+) of ", detail)
         with self._lock:
+            if seen:
+                self.floor = max(self.floor, int(seen.group(1)) + 1)
             self._step_down(f"fenced: {detail}")
         self._publish()
         self.on_change()

@@ -27,8 +27,9 @@ class DaemonBed:
     counter: itertools.count[int]
     started: list[DaemonProcess]
 
-    def daemon(self, **config: Any) -> DaemonProcess:
-        """Start `reconciler run` on the remote with a fresh state directory and these config values."""
+    def daemon(self, env: dict[str, str] | None = None, **config: Any) -> DaemonProcess:
+        """Start `reconciler run` on the remote with a fresh state directory and these config values (ENV: added to
+        its environment)."""
         n = next(self.counter)
         state_dir = self.root / f"state{n}"
         values: dict[str, Any] = {"repository": {"url": str(self.remote.bare), "branch": "main"},
@@ -38,7 +39,8 @@ class DaemonBed:
         values.update(config)
         state_dir = Path(values["state_dir"])
         path = write_config(self.root / f"config{n}.yaml", **values)
-        daemon = DaemonProcess(config=path, state_dir=state_dir, log_path=self.root / f"daemon{n}.log").start()
+        daemon = DaemonProcess(config=path, state_dir=state_dir, log_path=self.root / f"daemon{n}.log",
+                               env=env or {}).start()
         self.started.append(daemon)
         return daemon
 

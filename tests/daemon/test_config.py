@@ -79,3 +79,28 @@ def test_systemd_analyze_security_rates_the_unit_at_most_4() -> None:
     assert match, out.stdout[-2000:] + out.stderr
     assert float(match.group(1)) <= MAX_EXPOSURE, out.stdout
     print(f"\nsystemd-analyze security: {match.group(1)}")
+
+
+def test_pair_configs_load_and_name_each_other() -> None:
+    """deploy/pair/config.login{1,2}.yaml are valid and mirror each other."""
+    one = load_config(REPO / "deploy" / "pair" / "config.login1.yaml")
+    two = load_config(REPO / "deploy" / "pair" / "config.login2.yaml")
+    assert one.ha is not None and two.ha is not None
+    assert (one.ha.name, [p.name for p in one.ha.peers]) == ("login1", ["login2"])
+    assert (two.ha.name, [p.name for p in two.ha.peers]) == ("login2", ["login1"])
+    assert one.ha.lease_dir == two.ha.lease_dir and one.ha.lease_node == two.ha.lease_node
+
+
+def test_ha_section_errors(tmp_path: Path) -> None:
+    """A renewal slower than half the lease, a relative directory and a peer URL with credentials are refused."""
+    path = tmp_path / "config.yaml"
+    path.write_text("watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n  lease_dir: ha\n"
+                    "  peers: [{name: b, url: 'http://u:p@login2:9464'}]\n")
+    with pytest.raises(DesiredStateError) as info:
+        load_config(path)
+    errors = " | ".join(str(e) for e in info.value.errors)
+    assert "must be an absolute path" in errors and "without credentials" in errors, errors
+    path.write_text("watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n")
+    with pytest.raises(DesiredStateError) as info:
+        load_config(path)
+    assert "at most half of lease_duration" in str(info.value.errors[0])

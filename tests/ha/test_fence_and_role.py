@@ -130,3 +130,20 @@ def test_an_unreachable_lease_node_makes_the_leader_step_down_only_when_its_leas
     one.tick()
     assert not one.is_leader()
     assert one.stepped_down is not None and "lease not renewed in time" in one.stepped_down
+
+
+def test_a_lost_lease_store_heals_above_the_epochs_the_nodes_have_seen(tmp_path: Path) -> None:
+    """The lease directory is wiped (a reinstalled controller): the next leader starts at epoch 1, the nodes
+    refuse it (they saw 5); the refusal raises the floor, and the next term is above it."""
+    shell = LocalShell()
+    node = spec("gpu01")
+    run(fenced_command("true", {"epoch": 5, "holder": "login2", "dir": str(tmp_path / "node")}))
+    one, _ = pair(tmp_path, shell, duration=0.8)
+    one.tick()
+    assert one.epoch == 1
+    refused = FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true")
+    assert refused.exit_code == FENCED_EXIT and not one.is_leader() and one.floor == 6
+    time.sleep(0.9)  # its own old term runs out
+    one.tick()
+    assert one.is_leader() and one.epoch == 6
+    assert FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true").ok
