@@ -83,6 +83,7 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     import threading
 
     from reconciler.daemon import logs
+    from reconciler.daemon.leadership import make_ha
     from reconciler.daemon.loop import Reconciler
     from reconciler.daemon.metrics import Metrics
     from reconciler.daemon.process import LockedError, acquire_lock
@@ -96,9 +97,15 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     store = _open_store(config.state_path / "state.db")
     try:
         store.close_interrupted_runs()
-        reconciler = Reconciler(config, store, Metrics(), threading.Event(),
-                                config_dir=path.parent if path else Path.cwd())
-        outcome = reconciler.cycle("once", force=True)
+        stop = threading.Event()
+        reconciler = Reconciler(config, store, Metrics(), stop, config_dir=path.parent if path else Path.cwd())
+        reconciler.ha = make_ha(reconciler, threading.Event())  # one of a pair: act only with the lease
+        try:
+            outcome = reconciler.cycle("once", force=True)
+        finally:
+            stop.set()
+            if reconciler.ha is not None:
+                reconciler.ha.release()
         if reconciler.notifier is not None:
             reconciler.notifier.close(timeout=10.0)
     finally:

@@ -35,6 +35,7 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.facts.models import ClusterFacts, SlurmNodeFact
+from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HighAvailability
 from reconciler.inventory import node_specs
 from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
@@ -135,7 +136,12 @@ class Reconciler:
         if not self.ha.is_leader() or self.ha.epoch == self._acted_epoch:
             return False
         epoch = self.ha.epoch
-        take_over(self, self.ha)
+        try:
+            take_over(self, self.ha)
+        except LeaseError as exc:  # without the predecessor's journal it is not safe to act: let the term go
+            self.log.error("ha.takeover_failed", error=str(exc), epoch=epoch)
+            self.ha.step_down(f"could not read the crash journal: {exc}")
+            return False
         self._acted_epoch = epoch
         return True
 

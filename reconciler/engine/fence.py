@@ -128,12 +128,13 @@ class FencingTransport:
         if fence is None:
             return {n.name: CommandResult(n.name, None, "", "", 0.0, error="this daemon no longer holds the lease; "
                                           "nothing sent") for n in nodes}
-        per_node = command if callable(command) else (lambda _spec: command)
+        if callable(command):
+            def wrapped(spec: NodeSpec) -> str:
+                return fenced_command(command(spec), fence)
 
-        def wrapped(spec: NodeSpec) -> str:
-            return fenced_command(per_node(spec), fence)
-
-        results = self.inner.run_many(nodes, wrapped, stdin=stdin, timeout=timeout)
+            results = self.inner.run_many(nodes, wrapped, stdin=stdin, timeout=timeout)
+        else:  # one command line for all: a tree transport (ClusterShell) can still fan it out as one
+            results = self.inner.run_many(nodes, fenced_command(command, fence), stdin=stdin, timeout=timeout)
         for result in results.values():
             self._seen(result)
         return results

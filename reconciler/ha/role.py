@@ -98,6 +98,12 @@ class HighAvailability:
         self.log.warning("ha.standby", reason=reason, epoch=self.epoch)
         self.epoch, self.valid_until, self.stepped_down = None, 0.0, reason
 
+    def step_down(self, reason: str) -> None:
+        """Stop leading now (the term is left to expire; a later one may be ours again)."""
+        with self._lock:
+            self._step_down(reason)
+        self._publish()
+
     def fenced(self, detail: str) -> None:
         """A node refused our epoch: a successor has acted there. Stop acting at once.
 

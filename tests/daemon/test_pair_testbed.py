@@ -122,6 +122,20 @@ def test_kill_9_of_the_leader_the_standby_applies_the_next_commit(dbed: DaemonBe
         assert "standby: login2; leader login1 (epoch 1" in page and "enforce (standby: report only)" in page
         assert re.search(r"<td>login1</td>", page) and re.search(r"<td>login2</td>", page)
 
+        # a one-shot run on a third login node follows the lease too: it plans, it does not act
+        once_dir = dbed.root / "once-kill9"
+        once_config = dbed.root / "once-kill9.yaml"
+        once_config.write_text(json.dumps({**json.loads(two.config.read_text()), "state_dir": str(once_dir),
+                                           "metrics_listen": None, "ha": ha("login3", "kill9")}))
+        once = subprocess.run([sys.executable, "-m", "reconciler.cli", "run", "--config", str(once_config), "--once"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert once.returncode in (0, 2), once.stderr[-2000:]
+        once_status = json.loads(subprocess.run(
+            [sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(once_dir), "--format", "json"],
+            cwd=REPO, capture_output=True, text=True, timeout=60).stdout)
+        assert once_status["last_run"]["mode"] == "report" and once_status["ha"]["leader"] == "login1"
+        assert leads(one)
+
         one.kill()
         killed = time.monotonic()
         head = dbed.remote.commit("add partition failover", add_partition("failover"))
