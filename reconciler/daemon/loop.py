@@ -661,8 +661,9 @@ class Reconciler:
     # ------------------------------------------------------------ notifications (reconciler/notify.py)
 
     def _notify(self, build: Callable[[], Message | None]) -> None:
-        """Build and queue a message when notifications are configured (never blocks, never raises)."""
-        if self.notifier is None:
+        """Build and queue a message when notifications are configured (never blocks, never raises); a standby
+        sends none (its leader sends the same ones)."""
+        if self.notifier is None or not self.acts():
             return
         try:  # called from inside applies, rollouts and checks: a message must never stop them
             self.notifier.send(build())

@@ -125,6 +125,10 @@ class Daemon:
         if new.state_dir != self.config.state_dir:
             self.log.error("config.reload_failed", errors=["state_dir cannot change without a restart"])
             return
+        if new.ha != self.config.ha:
+            self.log.error("config.reload_failed", errors=["ha cannot change without a restart (the lease and the "
+                                                           "fence go with the process)"])
+            return
         try:
             notifier = Notifier(new.notifications, self.config_path.parent) if new.notifications else None
         except NotifyConfigError as exc:
