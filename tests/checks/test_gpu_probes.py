@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 GPU = REPO / "tests" / "fixtures" / "gpu"
 H100 = GPU / "h100-x1-2026-11-25"
 H200 = GPU / "h200-x1-2026-11-25"
+H200X4 = GPU / "h200-x4-2026-11-26"
 PUBLIC = GPU / "public"
 STANDIN = REPO / "deploy" / "testbed" / "standins" / "nvidia-smi"
 PROBES = Probes(gpu=True, xid=True, nvlink=True, ib=True)
@@ -393,6 +394,34 @@ def test_device_probe_output_passes_every_gpu_item(machine: Path, model: str) ->
     timings = [int(line.split()[2]) for line in (machine / "timings.txt").read_text().splitlines()
                if line.startswith("probe")]
     assert len(timings) == 5 and max(timings) < 1000  # recorded: the GPU probe took under a second
+
+
+def test_four_gpu_nvswitch_probe_passes_with_every_link_and_under_a_second() -> None:
+    """The 4x H200 NVSwitch host: 4 GPUs, 18 active links of 26.562 GB/s each, fabric registration completed; the
+    whole probe 219-221 ms. One link edited to inactive, or a speed floor above the real one, fails naming it."""
+    expect = FULL.model_copy(update={"count": 4, "model": "H200", "nvlinks": 18, "nvlink_speed": 26.5})
+    check = NodeCheck(name="gpu-health", nodes="vm", gpus=expect)
+    sections = device_sections(H200X4)
+    items = judge_node_check(check, "vm", sections, PROBES, ServiceManager(type="systemd"), [], SlurmView())
+    assert [(i.name, i.status) for i in items] == [("gpus", "pass"), ("gpu xids", "pass"), ("gpu nvlink", "pass")]
+    rows = sections["gpu"].output.strip().splitlines()[1:]
+    assert len(rows) == 4 and all(r.endswith("Completed, Success") for r in rows)
+    timings = [int(line.split()[2]) for line in (H200X4 / "timings.txt").read_text().splitlines()
+               if line.startswith("probe")]
+    assert len(timings) == 5 and max(timings) < 1000
+    nvlink = sections["gpu.nvlink"]
+    down = nvlink.output.replace("GPU 2: NVIDIA H200 (UUID: GPU-85bba01c-c208-c32d-0d5b-5ca00b34c6c0)\n\t Link 0: "
+                                 "26.562 GB/s", "GPU 2: NVIDIA H200 (UUID: GPU-85bba01c-c208-c32d-0d5b-5ca00b34c6c0)"
+                                 "\n\t Link 0: <inactive>", 1)
+    assert down != nvlink.output
+    edited = {**sections, "gpu.nvlink": Section("gpu.nvlink", down, nvlink.rc)}
+    failed = judge_node_check(check, "vm", edited, PROBES, ServiceManager(type="systemd"), [], SlurmView())
+    assert [(i.name, i.status, i.message) for i in failed][2] == (
+        "gpu 2 nvlink", "fail", "gpu 2 nvlink 17 of 18 links up (1 inactive)")
+    slower = NodeCheck(name="gpu-health", nodes="vm", gpus=expect.model_copy(update={"nvlink_speed": 50.0}))
+    slow = judge_node_check(slower, "vm", sections, PROBES, ServiceManager(type="systemd"), [], SlurmView())
+    slow_links = [i for i in slow if "nvlink" in i.name]
+    assert len(slow_links) == 4 and all(i.status == "fail" and "26.562" in i.message for i in slow_links), slow
 
 
 # ---------------------------------------------------------------- what is probed, and who owns a GPU drain
