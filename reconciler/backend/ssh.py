@@ -765,4 +765,8 @@ class IdempotentCommands(BaseTransport):
 
 def for_idempotent(transport: Any) -> Any:
     """The transport to use for idempotent commands: a retrying view of an SSHTransport, else itself."""
-    return IdempotentCommands(transport) if isinstance(transport, SSHTransport) else transport
+    if isinstance(transport, SSHTransport):
+        return IdempotentCommands(transport)
+    if hasattr(transport, "with_inner"):  # a leader's FencingTransport: fenced over the retrying view
+        return transport.with_inner(for_idempotent)
+    return transport

@@ -77,7 +77,7 @@ def make_ha(reconciler: Reconciler, wake: threading.Event) -> HighAvailability |
 
 def fenced(ha: HighAvailability | None, transport: Transport) -> Transport:
     """The transport the leader acts through: every command carries its epoch (unchanged without `ha:`)."""
-    if ha is None:
+    if ha is None or isinstance(transport, FencingTransport):
         return transport
     return FencingTransport(transport, ha.fence, ha.fenced, WRITE_COMMAND)  # type: ignore[return-value]
 

@@ -352,6 +352,8 @@ class Reconciler:
         leases = contextlib.ExitStack()
         try:
             transport = leases.enter_context(self.sessions.lease(target.loaded, self.config.ssh.forks, cycle=True))
+            if mode == "enforce":
+                transport = fenced(self.ha, transport)  # a leader's fact requests carry its epoch too
             run = open_reconcile(target.loaded, forks=self.config.ssh.forks, transport=transport)
             run.gather()
             self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)

@@ -9,46 +9,19 @@ FENCED_EXIT without running. So once a successor has reached a node, nothing of 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
 
 from reconciler.backend.base import CommandResult, Transport
+from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
 from reconciler.inventory import NodeSpec
 from reconciler.rollout.failpoints import failpoint
 
 FENCE_DIR = "/var/lib/reconciler"  # on each node: fence.json (highest epoch seen), fence.lock, writes.log
 FENCED_EXIT = 75  # EX_TEMPFAIL: a fenced command that was refused
 FENCED_PREFIX = "fenced: "
-
-# Shared by the file writer and the fenced command runner (plain Python source; no %-formatting in it).
-FENCE_CHECK_SOURCE = r'''
-def fence_check(fence):
-    # the highest epoch this node has seen, under a lock held until the caller is done; None when allowed
-    import fcntl, json, os, time
-    fdir = fence.get("dir") or "/var/lib/reconciler"
-    os.makedirs(fdir, mode=0o700, exist_ok=True)
-    lock = open(os.path.join(fdir, "fence.lock"), "a")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    state = os.path.join(fdir, "fence.json")
-    try:
-        with open(state) as fh: seen = json.load(fh)
-    except (OSError, ValueError): seen = {"epoch": -1, "holder": None}
-    epoch = int(fence["epoch"])
-    if epoch < int(seen.get("epoch", -1)):
-        return lock, "fenced: epoch %d of %s is older than epoch %d of %s, seen on this node" % (
-            epoch, fence.get("holder"), int(seen["epoch"]), seen.get("holder"))
-    if epoch > int(seen.get("epoch", -1)) or seen.get("holder") != fence.get("holder"):
-        tmp = state + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"epoch": epoch, "holder": fence.get("holder"), "at": time.time()}, fh)
-            fh.flush(); os.fsync(fh.fileno())
-        os.rename(tmp, state)
-        fd = os.open(fdir, os.O_RDONLY)
-        try: os.fsync(fd)
-        finally: os.close(fd)
-    return lock, None
-'''
 
 # argv: EPOCH HOLDER DIR COMMAND. Checks (and records) the epoch, then becomes `sh -c COMMAND` (same stdin/stdout).
 RUN_SCRIPT = FENCE_CHECK_SOURCE + r'''
@@ -69,9 +42,10 @@ def fenced_command(command: str, fence: dict[str, Any]) -> str:
 
 
 def is_fenced(result: CommandResult) -> bool:
-    """Whether a node refused the command (or the writes) for an older epoch."""
+    """Whether a node refused the command, the writes or the fact request for an older epoch."""
     text = result.stderr + result.stdout
-    return FENCED_PREFIX in text and (result.exit_code == FENCED_EXIT or '"error": "fenced: ' in text)
+    return FENCED_PREFIX in text and (result.exit_code == FENCED_EXIT or re.search(r'"error":\s*"fenced: ', text)
+                                      is not None)
 
 
 class NotLeader(RuntimeError):
@@ -111,6 +85,30 @@ class FencingTransport:
         if is_fenced(result):
             self.on_fenced(f"{result.node}: {_refusal(result)}")
         return result
+
+    def with_inner(self, wrap: Callable[[Any], Any]) -> FencingTransport:
+        """The same fencing over WRAP(the wrapped transport) (e.g. its retrying view for idempotent reads)."""
+        return FencingTransport(wrap(self.inner), self.fence, self.on_fenced, self.write_command)
+
+    def ask_many(self, nodes: list[NodeSpec], command: str, line: Callable[[NodeSpec], Any], *,
+                 timeout: float | None = None) -> dict[str, CommandResult]:
+        """Ask each node's fact agent, the epoch added to the request: an agent refuses an older one."""
+        fence = self.fence()
+        if fence is None:
+            return {n.name: CommandResult(n.name, None, "", "", 0.0, error="this daemon no longer holds the lease; "
+                                          "nothing sent") for n in nodes}
+        token = repr(dict(fence))
+
+        def fenced_line(spec: NodeSpec) -> str:
+            text = line(spec)
+            raw = text.decode() if isinstance(text, bytes) else str(text)
+            return "{**" + raw.rstrip("\n") + ', "fence": ' + token + "}"  # a Python literal, as agents read it
+
+        results: dict[str, CommandResult] = self.inner.ask_many(nodes, command, fenced_line,  # type: ignore[attr-defined]
+                                                                timeout=timeout)
+        for result in results.values():
+            self._seen(result)
+        return results
 
     def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
             timeout: float | None = None) -> CommandResult:

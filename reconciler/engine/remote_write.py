@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from reconciler.engine.fence import FENCE_CHECK_SOURCE, FENCE_DIR
+from reconciler.engine.fence import FENCE_DIR
+from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
 from reconciler.engine.ops import REVEAL, WriteFile
 
 BACKUP_SUFFIX = ".reconciler-bak"

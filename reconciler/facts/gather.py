@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
+
 # Runs on the node with the system python3 (3.8 or later), stdlib only, started as `python3 -I -S -c SCRIPT`: -I
 # ignores PYTHON* variables and the user's site dir, -S skips site-packages. The interpreter start dominates a
 # gather, so the script imports almost nothing: no json (answers are written by `enc`, requests are Python
@@ -159,7 +161,12 @@ def gather(req):
     return out
 def answer(text):
     try:
-        body = enc(gather(eval(text, {"__builtins__": {}})))
+        req = eval(text, {"__builtins__": {}})
+        refusal = None
+        if req.get("fence"):  # a leader of a pair asks: remember its epoch, refuse an older one
+            lock, refusal = fence_check(req["fence"])
+            lock.close()
+        body = enc({"error": refusal} if refusal else gather(req))
     except Exception as exc:
         body = enc({"error": "%s: %s" % (type(exc).__name__, exc)})
     return body.encode("utf-8", "backslashreplace")
@@ -173,7 +180,7 @@ else:
     sys.stdout.buffer.write(answer(sys.stdin.buffer.read().decode("utf-8", "replace")))
 """
 
-REMOTE_SCRIPT = SCRIPT_FUNCTIONS + SCRIPT_MAIN
+REMOTE_SCRIPT = SCRIPT_FUNCTIONS + FENCE_CHECK_SOURCE + SCRIPT_MAIN
 _QUOTED = "'" + REMOTE_SCRIPT.replace("'", "'\"'\"'") + "'"
 GATHER_COMMAND = "python3 -I -S -c " + _QUOTED
 AGENT_COMMAND = GATHER_COMMAND + " agent"

@@ -323,16 +323,18 @@ def test_network_cut_of_the_leader_during_a_rolling_restart(dbed: DaemonBed) -> 
     in_sync(dbed)
     tag = "cut"
     login = LoginNamespace(dbed, tag, 200)
+    daemons: list[DaemonProcess] = []
     try:
         from tests.backend.sshd_server import free_port
 
         ports = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
         one = dbed.daemon(metrics_listen=ports[0], ssh={"config": str(login.ssh_config)},
                           ha=ha("login1", tag, peers=[{"name": "login2", "url": f"http://{ports[1]}"}]))
+        daemons.append(one)
         one.wait_for("login1 leads", lambda: leads(one), timeout=120)
         two = dbed.daemon(metrics_listen=ports[1],
                           ha=ha("login2", tag, peers=[{"name": "login1", "url": f"http://{ports[0]}"}]))
-        daemons = [one, two]
+        daemons.append(two)
         two.wait_for("login2 stands by", lambda: role(two).get("role") == "standby", timeout=120)
         job = dbed.bed.exec("ctl", "sbatch -w gpu01 -N1 -o /dev/null --wrap 'sleep 25' --parsable",
                             check=True).stdout.strip().split(";")[0]
@@ -360,8 +362,8 @@ def test_network_cut_of_the_leader_during_a_rolling_restart(dbed: DaemonBed) -> 
         written = dbed.bed.exec("gpu01", f"cat /var/lib/reconciler/fence-{tag}/writes.log").stdout.splitlines()
         assert {json.loads(x)["holder"] for x in written} == {"login1"}  # login1 wrote the file, login2 restarted
         print(f"\nnetwork cut of the leader -> standby leads after {took_over:.1f}s; rolling restart finished once")
+    finally:
         for daemon in daemons:
             daemon.stop()
-    finally:
         login.remove()
         dbed.remote.commit("drop restart.yaml", {"restart.yaml": lambda _: "files: []\n"})

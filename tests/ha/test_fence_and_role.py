@@ -147,3 +147,45 @@ def test_a_lost_lease_store_heals_above_the_epochs_the_nodes_have_seen(tmp_path:
     one.tick()
     assert one.is_leader() and one.epoch == 6
     assert FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true").ok
+
+
+class AgentShell(LocalShell):
+    """Fact agents stood up as one-shot runs of the real fact script (same request, same answer)."""
+
+    agents = True
+
+    def ask_many(self, nodes, command, line, *, timeout=None):  # type: ignore[no-untyped-def]
+        from reconciler.facts.gather import GATHER_COMMAND
+
+        out = {}
+        for node in nodes:
+            request = line(node)
+            out[node.name] = self.run(node, GATHER_COMMAND, stdin=request.decode() if isinstance(request, bytes)
+                                      else request)
+        return out
+
+
+def test_the_fact_agent_remembers_epochs_and_refuses_an_older_one(tmp_path: Path) -> None:
+    """A leader's fact requests carry its epoch: the agent records it; a deposed leader's request is refused
+    (its facts say why) and the deposed leader steps down."""
+    from reconciler.facts.gather import FactRequest
+
+    shell = AgentShell()
+    one, two = pair(tmp_path, shell, duration=0.8)
+    one.tick()
+    request = FactRequest(commands={"hello": "echo hi"}).encode()
+    old_token = one.fence()
+    answer = FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).ask_many([spec("gpu01")], "agent",
+                                                                                   lambda _: request)
+    assert json.loads(answer["gpu01"].stdout)["commands"]["hello"]["stdout"] == "hi\n"
+    assert json.loads((tmp_path / "node" / "fence.json").read_text())["epoch"] == 1
+    time.sleep(0.9)
+    two.tick()
+    assert two.epoch == 2
+    FencingTransport(shell, two.fence, two.fenced, WRITE_COMMAND).ask_many([spec("gpu01")], "agent", lambda _: request)
+    stale = FencingTransport(shell, lambda: old_token, one.fenced, WRITE_COMMAND).ask_many(
+        [spec("gpu01")], "agent", lambda _: request)
+    assert json.loads(stale["gpu01"].stdout) == {
+        "error": "fenced: epoch 1 of login1 is older than epoch 2 of login2, seen on this node"}
+    assert is_fenced(stale["gpu01"])
+    assert one.epoch is None and str(one.stepped_down).startswith("fenced: gpu01: fenced: epoch 1 of login1")
