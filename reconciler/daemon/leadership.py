@@ -19,7 +19,7 @@ import structlog
 from reconciler import clock
 from reconciler.backend.base import Transport
 from reconciler.daemon.rollouts import JOURNAL_KEY, StoreJournal
-from reconciler.daemon.store import Store
+from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.engine.fence import FencingTransport
 from reconciler.engine.remote_write import WRITE_COMMAND
 from reconciler.ha.lease import LeaseError
@@ -29,7 +29,6 @@ from reconciler.inventory import NodeSpec, node_specs
 if TYPE_CHECKING:
     from reconciler.daemon.loop import Reconciler
 
-PENDING_FOLLOWUPS = "pending_followups"
 log = structlog.get_logger("reconciler")
 
 

@@ -27,7 +27,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.rollouts import outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
-from reconciler.daemon.store import Store
+from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.daemon.workers import Background, Gate
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.followups import FollowUp
@@ -42,8 +42,6 @@ from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_fil
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
 from reconciler.notify import Message, Notifier
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
-
-PENDING_FOLLOWUPS = "pending_followups"
 
 
 @dataclass

@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
 """
 
 JOURNAL_KEY = "rollout_journal"  # the rollout in flight (reconciler/rollout/runner.py), for crash recovery
+PENDING_FOLLOWUPS = "pending_followups"  # follow-ups of an apply not yet run (a crash journal)
 ROLLED_BACK_KEY = "rolled_back"  # commit -> why it was rolled back: never applied again unless retried
 
 MAX_DIFF = 64 * 1024  # characters of a drift diff kept for the status page
