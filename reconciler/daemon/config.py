@@ -178,9 +178,13 @@ class HAConfig(Strict):
             raise ValueError("must be an absolute path on the nodes")
         return value
 
+    def seconds(self, name: str) -> int:
+        """A duration field in seconds."""
+        return parse_duration(getattr(self, name))
+
     @model_validator(mode="after")
     def _renew_in_time(self) -> HAConfig:
-        duration, renew = parse_duration(self.lease_duration), parse_duration(self.renew_interval)
+        duration, renew = self.seconds("lease_duration"), self.seconds("renew_interval")
         if renew <= 0 or 2 * renew > duration:
             raise ValueError(f"renew_interval ({self.renew_interval}) must be at most half of lease_duration "
                              f"({self.lease_duration}): a leader must get two tries before its lease runs out")
@@ -241,11 +245,6 @@ class DaemonConfig(Strict):
     def seconds(self, name: str) -> int:
         """A duration field in seconds."""
         return parse_duration(getattr(self, name))
-
-    def ha_seconds(self, name: str) -> int:
-        """A duration field of the `ha:` section in seconds."""
-        assert self.ha is not None
-        return parse_duration(getattr(self.ha, name))
 
     @property
     def state_path(self) -> Path:

@@ -66,8 +66,8 @@ def make_ha(reconciler: Reconciler, wake: threading.Event) -> HighAvailability |
         finally:
             store.close()
 
-    ha = HighAvailability(name, cfg.lease_node, cfg.lease_dir, float(reconciler.config.ha_seconds("lease_duration")),
-                          float(reconciler.config.ha_seconds("renew_interval")), connect,
+    ha = HighAvailability(name, cfg.lease_node, cfg.lease_dir, float(cfg.seconds("lease_duration")),
+                          float(cfg.seconds("renew_interval")), connect,
                           address=f"http://{listen}" if listen else None, on_change=changed, publish=publish,
                           fence_dir=cfg.fence_dir)
     reconciler.metrics.set_leader(name, False)

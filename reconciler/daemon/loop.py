@@ -131,7 +131,7 @@ class Reconciler:
         if not self.ha.started:
             self.ha.tick()
             self.ha.start(self.stop)
-        if not self.ha.is_leader() or self.ha.epoch == self._acted_epoch:
+        if not self.takeover_due():
             return False
         epoch = self.ha.epoch
         try:
@@ -350,8 +350,8 @@ class Reconciler:
         leases = contextlib.ExitStack()
         try:
             transport = leases.enter_context(self.sessions.lease(target.loaded, self.config.ssh.forks, cycle=True))
-            if mode == "enforce":
-                transport = fenced(self.ha, transport)  # a leader's fact requests carry its epoch too
+            if mode == "enforce":  # a leader gathers, applies and rolls out with its epoch on every request
+                transport = fenced(self.ha, transport)
             run = open_reconcile(target.loaded, forks=self.config.ssh.forks, transport=transport)
             run.gather()
             self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
@@ -569,7 +569,7 @@ class Reconciler:
         previous = self._target_of(self.state.applied) if self.state.applied else None
         if previous is not None and self.source is not None:
             self.source.checkout(target.commit)  # the work tree follows the commit being applied
-        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, fenced(self.ha, run.transport),
+        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, run.transport,
                                self._apply_options(), MirroredJournal(self.store, self.ha),
                                log=lambda line: log.info("rollout.step", step=line),
                                on_event=lambda kind, data: self._rollout_event(kind, data, target))
@@ -628,7 +628,7 @@ class Reconciler:
         if result.status in ("rolled-back", "rollback-failed") and result.commit:
             mark = {**rolled_back_record(result), "at": clock.wall(), "status": result.status}
             self.store.mark_rolled_back(result.commit, mark)
-            mirror(self.ha, {"rolled_back": {**self.store.rolled_back(), result.commit: mark}}, required=False)
+            mirror(self.ha, {"rolled_back": self.store.rolled_back()}, required=False)
             self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
             self._note_rollback_on_pr(result.commit, rolled_back_record(result))
 
@@ -705,7 +705,6 @@ class Reconciler:
 
     def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
         options = self._apply_options()
-        run.transport = fenced(self.ha, run.transport)
         preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
         with self.gate.applying(preempt, self.stop) as preempted:  # never at the same time as a health check
             if preempted:

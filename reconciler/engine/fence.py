@@ -48,8 +48,12 @@ def is_fenced(result: CommandResult) -> bool:
                                       is not None)
 
 
-class NotLeader(RuntimeError):
-    """This daemon no longer holds the lease: nothing is sent."""
+NOT_LEADER = "this daemon no longer holds the lease; nothing sent"
+
+
+def _unsent(nodes: list[NodeSpec]) -> dict[str, CommandResult]:
+    """The local check refused: a result per node, nothing sent."""
+    return {n.name: CommandResult(n.name, None, "", "", 0.0, error=NOT_LEADER) for n in nodes}
 
 
 class FencingTransport:
@@ -72,10 +76,7 @@ class FencingTransport:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # ask_many (fact agents: read-only), counters, new_cycle, ...
 
-    def _wrap(self, command: str, stdin: str | None) -> tuple[str, str | None]:
-        fence = self.fence()
-        if fence is None:
-            raise NotLeader("this daemon no longer holds the lease; nothing sent")
+    def _wrap(self, command: str, stdin: str | None, fence: dict[str, Any]) -> tuple[str, str | None]:
         if command == self.write_command:
             failpoint("fence.before-write")
             return command, _with_fence(stdin, fence)
@@ -95,8 +96,7 @@ class FencingTransport:
         """Ask each node's fact agent, the epoch added to the request: an agent refuses an older one."""
         fence = self.fence()
         if fence is None:
-            return {n.name: CommandResult(n.name, None, "", "", 0.0, error="this daemon no longer holds the lease; "
-                                          "nothing sent") for n in nodes}
+            return _unsent(nodes)
         token = repr(dict(fence))
 
         def fenced_line(spec: NodeSpec) -> str:
@@ -113,10 +113,10 @@ class FencingTransport:
     def run(self, node: NodeSpec, command: str, *, stdin: str | None = None,
             timeout: float | None = None) -> CommandResult:
         """Run COMMAND fenced (see the class)."""
-        try:
-            wrapped, body = self._wrap(command, stdin)
-        except NotLeader as exc:
-            return CommandResult(node.name, None, "", "", 0.0, error=str(exc))
+        fence = self.fence()
+        if fence is None:
+            return _unsent([node])[node.name]
+        wrapped, body = self._wrap(command, stdin, fence)
         return self._seen(self.inner.run(node, wrapped, stdin=body, timeout=timeout))
 
     def run_many(self, nodes: list[NodeSpec], command: Any, *, stdin: Any = None,
@@ -124,8 +124,7 @@ class FencingTransport:
         """Run a command (or a per-node command) on many nodes, each fenced."""
         fence = self.fence()
         if fence is None:
-            return {n.name: CommandResult(n.name, None, "", "", 0.0, error="this daemon no longer holds the lease; "
-                                          "nothing sent") for n in nodes}
+            return _unsent(nodes)
         if callable(command):
             def wrapped(spec: NodeSpec) -> str:
                 return fenced_command(command(spec), fence)

@@ -84,7 +84,7 @@ class HighAvailability:
     def _failed(self, error: str) -> None:
         with self._lock:
             self.ticked, self.error = True, error
-            expired = self.epoch is not None and time.monotonic() >= self.valid_until
+            expired = self.epoch is not None and not self._leading()
             if expired:
                 self._step_down(f"lease not renewed in time: {error}")
         self.log.warning("ha.lease_failed", error=error, leader=self.epoch is not None)
@@ -118,15 +118,19 @@ class HighAvailability:
         self._publish()
         self.on_change()
 
+    def _leading(self) -> bool:
+        """Holds a term whose lease has not run out on our clock (the caller holds the lock)."""
+        return self.epoch is not None and time.monotonic() < self.valid_until
+
     def is_leader(self) -> bool:
         """Whether this daemon may act now (holds a term and its lease has not run out on our clock)."""
         with self._lock:
-            return self.epoch is not None and time.monotonic() < self.valid_until
+            return self._leading()
 
     def fence(self) -> dict[str, Any] | None:
         """The fencing token every command carries (None: not the leader, send nothing)."""
         with self._lock:
-            if self.epoch is None or time.monotonic() >= self.valid_until:
+            if not self._leading():
                 return None
             token: dict[str, Any] = {"epoch": self.epoch, "holder": self.name}
             return {**token, "dir": self.fence_dir} if self.fence_dir else token
@@ -188,8 +192,7 @@ class HighAvailability:
         """The role as status, page and metrics show it."""
         with self._lock:
             view = self.view
-            leader = self.epoch is not None and time.monotonic() < self.valid_until
-            return {"name": self.name, "role": "leader" if leader else "standby", "epoch": self.epoch,
+            return {"name": self.name, "role": "leader" if self._leading() else "standby", "epoch": self.epoch,
                     "leader": view.holder if view else None, "leader_address": view.address if view else None,
                     "lease_epoch": view.epoch if view else None, "expires_in": round(view.expires_in, 1) if view
                     else None, "lease_node": self.lease_node, "error": self.error, "stepped_down": self.stepped_down,

@@ -23,21 +23,23 @@ def test_example_config_loads() -> None:
     assert config.seconds("poll_interval") > 0
 
 
+def config_errors(path: Path, text: str) -> list[str]:
+    """Write TEXT as a config file; the load errors it gives (the test fails when it loads)."""
+    path.write_text(text)
+    with pytest.raises(DesiredStateError) as info:
+        load_config(path)
+    return [str(e) for e in info.value.errors]
+
+
 def test_config_errors_name_file_line_and_key(tmp_path: Path) -> None:
     """Unknown keys, bad durations and a missing source are reported with file:line and key path."""
     path = tmp_path / "config.yaml"
-    path.write_text("repository:\n  url: /srv/git/cluster.git\n  brnch: main\npoll_interval: soon\n"
-                    "mode: yolo\n")
-    with pytest.raises(DesiredStateError) as info:
-        load_config(path)
-    errors = [str(e) for e in info.value.errors]
+    errors = config_errors(path, "repository:\n  url: /srv/git/cluster.git\n  brnch: main\npoll_interval: soon\n"
+                                 "mode: yolo\n")
     assert any(e.startswith(f"{path}:3:3: repository.brnch: unknown key") for e in errors), errors
     assert any(e.startswith(f"{path}:4:") and "poll_interval" in e and "not a duration" in e for e in errors), errors
     assert any(e.startswith(f"{path}:5:") and "mode" in e for e in errors), errors
-    path.write_text("mode: enforce\n")
-    with pytest.raises(DesiredStateError) as info:
-        load_config(path)
-    assert "exactly one of repository" in str(info.value.errors[0])
+    assert "exactly one of repository" in config_errors(path, "mode: enforce\n")[0]
 
 
 UNIT = REPO / "deploy" / "reconciler.service"
@@ -94,13 +96,8 @@ def test_pair_configs_load_and_name_each_other() -> None:
 def test_ha_section_errors(tmp_path: Path) -> None:
     """A renewal slower than half the lease, a relative directory and a peer URL with credentials are refused."""
     path = tmp_path / "config.yaml"
-    path.write_text("watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n  lease_dir: ha\n"
-                    "  peers: [{name: b, url: 'http://u:p@login2:9464'}]\n")
-    with pytest.raises(DesiredStateError) as info:
-        load_config(path)
-    errors = " | ".join(str(e) for e in info.value.errors)
+    errors = " | ".join(config_errors(path, "watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n"
+                                            "  lease_dir: ha\n  peers: [{name: b, url: 'http://u:p@login2:9464'}]\n"))
     assert "must be an absolute path" in errors and "without credentials" in errors, errors
-    path.write_text("watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n")
-    with pytest.raises(DesiredStateError) as info:
-        load_config(path)
-    assert "at most half of lease_duration" in str(info.value.errors[0])
+    assert "at most half of lease_duration" in config_errors(
+        path, "watch: /srv/state\nha:\n  lease_duration: 10s\n  renew_interval: 6s\n")[0]
