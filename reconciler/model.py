@@ -13,6 +13,7 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    TypeAdapter,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -21,6 +22,8 @@ from pydantic import (
 
 from reconciler import hostlist, netnames, values
 from reconciler import params as slurm_params
+from reconciler.bounds import U16_MAX, U32_MAX, CheckInterval, CheckTimeout, GateTimeout, Soak, count, duration_between
+from reconciler.bounds import parse_duration as parse_duration  # re-exported: the schema's duration reader
 from reconciler.values import (
     EnrootUri,
     ExportClient,
@@ -41,7 +44,6 @@ SlurmScalar = str | int | float | bool
 
 SLURM_VERSION_FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
 
-_DURATION = re.compile(r"^(\d+)\s*(s|m|h|d)?$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?$", re.IGNORECASE)
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
 
@@ -49,7 +51,7 @@ _MODE = re.compile(r"^0?[0-7]{3,4}$")
 class Strict(BaseModel):
     """Base of every schema model: unknown keys are errors; no string anywhere holds a control character."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     # The safety net under the per-field types: every string and mapping key of every field, except the
     # fields listed in `_multiline` (file content), is free of control and invisible characters.
@@ -90,17 +92,6 @@ _SshFile = Annotated[str, AfterValidator(netnames.local_path)]
 AbsPath = Annotated[str, AfterValidator(_absolute), Field(description="An absolute path on the node")]
 SlurmAbsPath = Annotated[SlurmPath, Field(description="An absolute path on the node")]
 Hostlist = Annotated[str, Field(description="A Slurm hostlist expression, e.g. dgx[01-16]")]
-
-
-def parse_duration(value: str | int) -> int:
-    """Turn `90`, `90s`, `15m`, `2h` or `1d` into seconds."""
-    if isinstance(value, int):
-        return value
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 1d)")
-    number, unit = int(match.group(1)), match.group(2) or "s"
-    return number * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
 
 
 def parse_size(value: str | int) -> int:
@@ -204,7 +195,7 @@ class SlurmConfParams(ParamMap):
 class GPUs(Strict):
     """GPUs of each node in a node set."""
 
-    count: int = Field(ge=1)
+    count: count(1, 128)  # type: ignore[valid-type]
     type: GresWord | None = Field(default=None, description="GRES type, e.g. h100, h200, a100")
 
 
@@ -212,15 +203,15 @@ class NodeSet(Strict):
     """A `NodeName=` line: nodes with identical hardware."""
 
     nodes: Hostlist
-    cpus: int | None = Field(default=None, ge=1, alias="CPUs")
-    boards: int | None = Field(default=None, ge=1, alias="Boards")
-    sockets: int | None = Field(default=None, ge=1, alias="Sockets")
-    cores_per_socket: int | None = Field(default=None, ge=1, alias="CoresPerSocket")
-    threads_per_core: int | None = Field(default=None, ge=1, alias="ThreadsPerCore")
+    cpus: int | None = Field(default=None, ge=1, le=U16_MAX, alias="CPUs")
+    boards: int | None = Field(default=None, ge=1, le=U16_MAX, alias="Boards")
+    sockets: int | None = Field(default=None, ge=1, le=U16_MAX, alias="Sockets")
+    cores_per_socket: int | None = Field(default=None, ge=1, le=U16_MAX, alias="CoresPerSocket")
+    threads_per_core: int | None = Field(default=None, ge=1, le=U16_MAX, alias="ThreadsPerCore")
     real_memory: int | None = Field(default=None, ge=1, alias="RealMemory", description="MiB")
     features: list[SlurmWord] = Field(default_factory=list, alias="Features")
     gpus: GPUs | None = None
-    weight: int | None = Field(default=None, alias="Weight")
+    weight: int | None = Field(default=None, ge=0, le=U32_MAX, alias="Weight")
     state: SlurmWord | None = Field(default=None, alias="State", description="e.g. CLOUD, FUTURE")
     params: dict[str, SlurmScalar] = Field(default_factory=dict, description="Other NodeName= parameters")
 
@@ -299,7 +290,7 @@ class HealthCheck(Strict):
     """Slurm's own HealthCheckProgram (e.g. NHC)."""
 
     program: SlurmAbsPath
-    interval: int = Field(default=300, ge=0, description="seconds")
+    interval: int = Field(default=300, ge=0, le=U16_MAX, description="seconds")
     node_state: SlurmWord | None = Field(default=None, description="e.g. ANY, IDLE, CYCLE")
 
     _abs = field_validator("program")(lambda cls, v: _absolute(v))
@@ -411,9 +402,9 @@ class SSHDefaults(Strict):
     port: int = Field(default=22, ge=1, le=65535)
     identity_file: _SshFile | None = None
     proxy_jump: _SshJump | None = None
-    connect_timeout: int = Field(default=10, ge=1)
-    command_timeout: int = Field(default=120, ge=1)
-    forks: int = Field(default=64, ge=1)
+    connect_timeout: int = Field(default=10, ge=1, le=600)
+    command_timeout: int = Field(default=120, ge=1, le=86400)
+    forks: int = Field(default=64, ge=1, le=4096)
     service_manager: ServiceManager = Field(default_factory=ServiceManager)
     gateways: list[SSHGateway] = Field(
         default_factory=list,
@@ -780,10 +771,13 @@ class PcieExpectation(Strict):
     width: int | None = Field(default=None, ge=1, le=32, description="Minimum lanes, e.g. 16")
 
 
+_Xid = Annotated[int, Field(ge=1, le=999)]
+
+
 class GpuExpectation(Strict):
     """Expected GPUs as nvidia-smi reports them, and their health."""
 
-    count: int = Field(ge=0)
+    count: count(0, 128)  # type: ignore[valid-type]
     model: str | None = Field(default=None, description="Substring of the product name, e.g. H200")
     driver: str | None = Field(default=None, description="Exact or prefix, e.g. 580.")
     health: bool = Field(default=True, description="Uncorrected ECC errors, row remapping pending or failed, "
@@ -792,17 +786,17 @@ class GpuExpectation(Strict):
     pcie: PcieExpectation | None = None
     ecc: bool = Field(default=False, description="ECC mode must be enabled on every GPU")
     nvlinks: int | None = Field(default=None, ge=0, le=64, description="Active NVLink links per GPU, e.g. 18")
-    nvlink_speed: float | None = Field(default=None, gt=0, description="Minimum GB/s of each active link")
+    nvlink_speed: float | None = Field(default=None, gt=0, le=10000, description="Minimum GB/s of each active link")
     fabric_manager: bool = Field(default=False, description="NVSwitch system: nvidia-fabricmanager running and "
                                  "every GPU's fabric registration completed")
-    xid_ignore: list[int] = Field(default_factory=list, description="XIDs never reported nor drained on")
+    xid_ignore: list[_Xid] = Field(default_factory=list, description="XIDs never reported nor drained on")
 
 
 class IbExpectation(Strict):
     """InfiniBand/RoCE ports a node must have up (ACTIVE, LinkUp), from /sys/class/infiniband."""
 
-    ports: int = Field(ge=0, description="How many ports must be up (of DEVICES when given)")
-    rate: float | None = Field(default=None, gt=0, description="Minimum Gb/s of each port, e.g. 400")
+    ports: int = Field(ge=0, le=64, description="How many ports must be up (of DEVICES when given)")
+    rate: float | None = Field(default=None, gt=0, le=10000, description="Minimum Gb/s of each port, e.g. 400")
     devices: list[NameToken] = Field(default_factory=list, description="Only these HCAs, e.g. [mlx5_0, mlx5_1]")
     link_layer: Literal["InfiniBand", "Ethernet"] | None = Field(default=None, description="Ethernet for RoCE")
 
@@ -812,18 +806,14 @@ class DcgmCheck(Strict):
 
     level: int = Field(default=1, ge=1, le=4)
     on_schedule: bool = Field(default=False, description="Every interval too, not only to retest a drained node")
-    timeout: str = "15m"
-
-    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
+    timeout: CheckTimeout = "15m"  # type: ignore[valid-type]
 
 
 class NhcCheck(Strict):
     """LBNL NHC, run with the site's own rules; its verdict is one more item."""
 
     command: str = Field(default="nhc", pattern=r"^/?[A-Za-z0-9_./-]+$")
-    timeout: str = "5m"
-
-    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
+    timeout: CheckTimeout = "5m"  # type: ignore[valid-type]
 
 
 class NodeCheck(Strict):
@@ -831,7 +821,7 @@ class NodeCheck(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     nodes: Hostlist
-    interval: str = "10m"
+    interval: CheckInterval = "10m"  # type: ignore[valid-type]
     gpus: GpuExpectation | None = None
     mounts: list[AbsPath] = Field(default_factory=list, description="Must be mounted and writable")
     services: list[NameToken] = Field(default_factory=list, description="e.g. munge, slurmd")
@@ -845,7 +835,6 @@ class NodeCheck(Strict):
     drain_on_fail: bool = True
 
     _check_nodes = field_validator("nodes")(lambda cls, v: _hostlist_expr(v))
-    _interval = field_validator("interval")(lambda cls, v: (parse_duration(v), v)[1])
 
     @field_validator("dcgm", "nhc", mode="before")
     @classmethod
@@ -856,17 +845,28 @@ class NodeCheck(Strict):
         return None if value is False else value
 
 
+_SCHEDULE_INTERVAL: TypeAdapter[Any] = TypeAdapter(duration_between(1, 30 * 86400))
+
+
+def _nccl_size(value: str | int) -> int:
+    size = parse_size(value)
+    if not 1 <= size <= 1 << 40:
+        raise ValueError(f"a message size between 1 byte and 1T, got {value!r}")
+    return size
+
+
 class NcclThresholds(Strict):
     """What an NCCL run must reach to pass."""
 
-    min_busbw: float | None = Field(default=None, description="GB/s, for every size >= at_size")
+    min_busbw: float | None = Field(default=None, ge=0, le=100000, description="GB/s, for every size >= at_size")
     at_size: str | int = "1G"
-    min_avg_busbw: float | None = Field(default=None, description="GB/s, 'Avg bus bandwidth'")
-    max_wrong: int = 0
-    regression_pct: float | None = Field(default=None, description="Flag a drop this far below the node's median")
-    regression_window: int = Field(default=10, ge=3)
+    min_avg_busbw: float | None = Field(default=None, ge=0, le=100000, description="GB/s, 'Avg bus bandwidth'")
+    max_wrong: int = Field(default=0, ge=0)
+    regression_pct: float | None = Field(default=None, gt=0, lt=100,
+                                         description="Flag a drop this far below the node's median")
+    regression_window: int = Field(default=10, ge=3, le=10000)
 
-    _size = field_validator("at_size")(lambda cls, v: (parse_size(v), v)[1])
+    _size = field_validator("at_size")(lambda cls, v: (_nccl_size(v), v)[1])
 
 
 class NcclCheck(Strict):
@@ -883,8 +883,8 @@ class NcclCheck(Strict):
                                            "gpus_per_task, never drains")
     nodes: Hostlist | None = None
     partition: NameToken | None = None
-    ntasks_per_node: int = Field(default=8, ge=1)
-    gpus_per_task: int = Field(default=1, ge=0)
+    ntasks_per_node: int = Field(default=8, ge=1, le=1024)
+    gpus_per_task: int = Field(default=1, ge=0, le=128)
     mpi: Literal["pmix", "pmi2", "none"] | None = "pmix"
     container_image: str | None = None
     container_mounts: list[str] = Field(default_factory=list)
@@ -899,20 +899,19 @@ class NcclCheck(Strict):
         return value
     env_profile: AbsPath | None = Field(default=None, description="Script sourced first, e.g. nccl-env-profile.sh")
     schedule: str | None = Field(default=None, description="'daily HH:MM' or an interval like 6h")
-    timeout: str = "15m"
+    timeout: CheckTimeout = "15m"  # type: ignore[valid-type]
     only_idle: bool = True
     drain_on_fail: bool = True
     thresholds: NcclThresholds = Field(default_factory=NcclThresholds)
 
     _check_nodes = field_validator("nodes")(lambda cls, v: v if v is None else _hostlist_expr(v))
-    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
 
     @field_validator("schedule")
     @classmethod
     def _schedule(cls, value: str | None) -> str | None:
         if value is None or re.fullmatch(r"daily ([01]\d|2[0-3]):[0-5]\d", value):
             return value
-        parse_duration(value)
+        _SCHEDULE_INTERVAL.validate_python(value)
         return value
 
     @model_validator(mode="after")
@@ -954,7 +953,7 @@ def _step(value: Any) -> str | int:
 class RolloutGates(Strict):
     """What must hold after each wave before the next starts; a failing gate rolls the wave back."""
 
-    timeout: str | int = Field(default="10m", description="Each gate's time limit (a gate past it has failed)")
+    timeout: GateTimeout = Field(default="10m", description="Each gate's time limit (a gate past it has failed)")  # type: ignore[valid-type]
     node_checks: bool = Field(default=True, description="The node checks (checks.node) of the wave's nodes")
     smoke_job: bool = Field(default=True, description="A Slurm job on exactly the wave's nodes, through a "
                             "reservation: prolog, epilog, the mounts from inside a job, a container start where "
@@ -964,8 +963,6 @@ class RolloutGates(Strict):
     smoke_image: str | None = Field(default=None, description="An enroot/Pyxis image the smoke job starts "
                                     "(`srun --container-image`); unset: no container start")
     nccl: bool = Field(default=False, description="The NCCL checks on the wave when it has two or more nodes")
-
-    _timeout = field_validator("timeout")(lambda cls, v: (parse_duration(v), v)[1])
 
 
 class Rollout(Strict):
@@ -978,11 +975,9 @@ class Rollout(Strict):
     steps: list[str | int] = Field(default_factory=lambda: list[str | int](["50%", "100%"]),
                                    description="Later waves: cumulative sizes (counts or percentages of the "
                                    "changing nodes); the last wave always takes every node left")
-    soak: str | int = Field(default="30s", description="Wait after a wave's gates pass; a wave node drained "
-                            "by Slurm meanwhile (Prolog/Epilog error) fails the wave")
+    soak: Soak = Field(default="30s", description="Wait after a wave's gates pass; a wave node "  # type: ignore[valid-type]
+                       "drained by Slurm meanwhile (Prolog/Epilog error) fails the wave")
     gates: RolloutGates = Field(default_factory=RolloutGates)
-
-    _soak = field_validator("soak")(lambda cls, v: (parse_duration(v), v)[1])
 
     @field_validator("canary", mode="before")
     @classmethod
@@ -996,7 +991,12 @@ class Rollout(Strict):
     def _steps(cls, value: Any) -> list[str | int]:
         if not isinstance(value, list) or not value:
             raise ValueError("steps is a non-empty list of node counts or percentages, e.g. ['50%', '100%']")
-        return [_step(item) for item in value]
+        steps = [_step(item) for item in value]
+        for kind in (int, str):  # cumulative sizes: counts and percentages each never shrink
+            sizes = [int(str(s).rstrip("%")) for s in steps if isinstance(s, kind)]
+            if sizes != sorted(sizes):
+                raise ValueError(f"steps are cumulative and never shrink, got {value}")
+        return steps
 
 
 # ---------------------------------------------------------------- munge
@@ -1053,15 +1053,18 @@ TresList = Annotated[str | None, AfterValidator(_tres)]
 WallTime = Annotated[str | int | None, AfterValidator(_wall)]
 
 
+_Share = Annotated[int, Field(ge=0, le=U32_MAX)]
+
+
 class AssocLimits(Strict):
     """Limits of an association (account or user), as sacctmgr names them; unset ones are left as they are."""
 
     GrpTRES: TresList = Field(default=None, description="e.g. gres/gpu=64,cpu=1024 (all jobs together)")
-    GrpJobs: int | None = Field(default=None, ge=-1)
-    GrpSubmitJobs: int | None = Field(default=None, ge=-1)
+    GrpJobs: int | None = Field(default=None, ge=-1, le=U32_MAX)
+    GrpSubmitJobs: int | None = Field(default=None, ge=-1, le=U32_MAX)
     GrpWall: WallTime = None
-    MaxJobs: int | None = Field(default=None, ge=-1)
-    MaxSubmitJobs: int | None = Field(default=None, ge=-1)
+    MaxJobs: int | None = Field(default=None, ge=-1, le=U32_MAX)
+    MaxSubmitJobs: int | None = Field(default=None, ge=-1, le=U32_MAX)
     MaxWall: WallTime = Field(default=None, description="Per job, e.g. 2-00:00:00")
     MaxTRESPerJob: TresList = None
     MaxTRESPerNode: TresList = None
@@ -1071,12 +1074,12 @@ class QosLimits(Strict):
     """Limits of a QOS, as sacctmgr names them; unset ones are left as they are."""
 
     GrpTRES: TresList = None
-    GrpJobs: int | None = Field(default=None, ge=-1)
+    GrpJobs: int | None = Field(default=None, ge=-1, le=U32_MAX)
     MaxTRESPerJob: TresList = None
     MaxTRESPerNode: TresList = None
     MaxTRESPerUser: TresList = Field(default=None, description="e.g. gres/gpu=8")
-    MaxJobsPerUser: int | None = Field(default=None, ge=-1)
-    MaxSubmitJobsPerUser: int | None = Field(default=None, ge=-1)
+    MaxJobsPerUser: int | None = Field(default=None, ge=-1, le=U32_MAX)
+    MaxSubmitJobsPerUser: int | None = Field(default=None, ge=-1, le=U32_MAX)
     MaxWall: WallTime = None
 
 
@@ -1085,13 +1088,13 @@ class QosSpec(Strict):
 
     name: AcctName
     description: Text | None = None
-    priority: int | None = Field(default=None, ge=0)
+    priority: int | None = Field(default=None, ge=0, le=U32_MAX)
     preempt: list[AcctName] | None = Field(default=None, description="QOS this one may preempt")
     preempt_mode: Literal["cluster", "cancel", "requeue", "suspend", "off"] | None = None
     flags: list[Literal["DenyOnLimit", "EnforceUsageThreshold", "NoDecay", "NoReserve", "OverPartQOS",
                         "PartitionMaxNodes", "PartitionMinNodes", "PartitionTimeLimit", "RequiresReservation",
                         "UsageFactorSafe"]] | None = None
-    usage_factor: float | None = Field(default=None, ge=0)
+    usage_factor: float | None = Field(default=None, ge=0, le=1000)
     limits: QosLimits = Field(default_factory=QosLimits)
     state: Literal["present", "absent"] = "present"
 
@@ -1103,7 +1106,7 @@ class AccountSpec(Strict):
     parent: AcctName = "root"
     description: Text | None = None
     organization: Text | None = None
-    fairshare: int | Literal["parent"] | None = Field(default=None, description="Share of the parent's")
+    fairshare: _Share | Literal["parent"] | None = Field(default=None, description="Share of the parent's")
     qos: list[AcctName] | None = Field(default=None, description="QOS its jobs may use")
     default_qos: AcctName | None = None
     limits: AssocLimits = Field(default_factory=AssocLimits)
@@ -1117,7 +1120,7 @@ class UserSpec(Strict):
     default_account: AcctName
     accounts: list[AcctName] = Field(default_factory=list, description="Accounts besides the default one")
     admin_level: Literal["None", "Operator", "Administrator"] | None = None
-    fairshare: int | Literal["parent"] | None = None
+    fairshare: _Share | Literal["parent"] | None = None
     qos: list[AcctName] | None = None
     default_qos: AcctName | None = None
     limits: AssocLimits = Field(default_factory=AssocLimits)

@@ -8,15 +8,20 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from reconciler.bounds import (
+    DrainTimeout,
+    IdleTimeout,
+    Interval,
+    LeaseDuration,
+    PlanCpu,
+    PlanWall,
+    RenewInterval,
+    Spacing,
+)
 from reconciler.forge.config import ForgeConfig as ForgeClientConfig
 from reconciler.isolate import Limits
 from reconciler.loader import load_yaml_model
 from reconciler.model import Strict, parse_duration, parse_size
-
-
-def _duration(value: str | int) -> str | int:
-    parse_duration(value)
-    return value
 
 
 class RepositoryConfig(Strict):
@@ -59,27 +64,37 @@ class SSHOverrides(Strict):
     known_hosts: str | None = None
     identity_file: str | None = None
     user: str | None = None
-    forks: int | None = Field(default=None, ge=1)
+    forks: int | None = Field(default=None, ge=1, le=4096)
 
 
 class RetryPolicy(Strict):
     """Backoff for a failed apply of the same commit (a newer commit is tried at once)."""
 
-    initial: str | int = "30s"
-    max: str | int = "15m"
+    initial: Interval = "30s"  # type: ignore[valid-type]
+    max: Interval = "15m"  # type: ignore[valid-type]
 
-    _durations = field_validator("initial", "max")(lambda cls, v: _duration(v))
+    @model_validator(mode="after")
+    def _ordered(self) -> RetryPolicy:
+        if parse_duration(self.initial) > parse_duration(self.max):
+            raise ValueError(f"initial ({self.initial}) must not exceed max ({self.max})")
+        return self
+
+
+def _plan_memory(value: str | int) -> str | int:
+    size = parse_size(value)
+    if not 16 << 20 <= size <= 1 << 40:
+        raise ValueError(f"must be between 16M and 1T, got {value!r}")
+    return value
 
 
 class PlanLimits(Strict):
     """What validating and planning one pull request may use (a child process under setrlimit)."""
 
-    cpu: str | int = Field(default="60s", description="CPU time")
+    cpu: PlanCpu = Field(default="60s", description="CPU time")  # type: ignore[valid-type]
     memory: str | int = Field(default="1G", description="Memory on top of the daemon's own")
-    wall: str | int = Field(default="2m", description="Wall-clock time")
+    wall: PlanWall = Field(default="2m", description="Wall-clock time")  # type: ignore[valid-type]
 
-    _durations = field_validator("cpu", "wall")(lambda cls, v: _duration(v))
-    _memory = field_validator("memory")(lambda cls, v: (parse_size(v), v)[1])
+    _memory = field_validator("memory")(lambda cls, v: _plan_memory(v))
 
     def limits(self) -> Limits:
         """As reconciler.isolate.Limits."""
@@ -90,10 +105,8 @@ class PlanLimits(Strict):
 class ForgeConfig(ForgeClientConfig):
     """Where pull requests live (see reconciler/forge/config.py), and how often their drift comments are renewed."""
 
-    interval: str | int = "2m"
+    interval: Interval = "2m"  # type: ignore[valid-type]
     plan_limits: PlanLimits = Field(default_factory=lambda: PlanLimits())
-
-    _interval = field_validator("interval")(lambda cls, v: _duration(v))
 
 
 NOTIFY_EVENTS = ("rollout-started", "rollout-finished", "rolled-back", "node-drained", "apply-failed", "drift-healed",
@@ -131,11 +144,12 @@ class NotificationsConfig(Strict):
 
     targets: list[NotifyTarget] = Field(min_length=1)
     events: list[str] = Field(default_factory=lambda: list(NOTIFY_EVENTS), description="Events sent (default: all)")
-    rate_limit: str | int = Field(default="1m", description="Minimum spacing of messages with the same event and key")
-    source_unreachable_after: str | int = Field(default="15m", description="Git fetch failing this long: a message")
+    rate_limit: Spacing = Field(default="1m",  # type: ignore[valid-type]
+                                description="Minimum spacing of messages with the same event and key")
+    source_unreachable_after: Spacing = Field(default="15m",  # type: ignore[valid-type]
+                                              description="Git fetch failing this long: a message")
 
     _events = field_validator("events")(lambda cls, v: _events(v))
-    _durations = field_validator("rate_limit", "source_unreachable_after")(lambda cls, v: _duration(v))
 
 
 class PeerConfig(Strict):
@@ -163,13 +177,12 @@ class HAConfig(Strict):
                            "leases.log, journal.json")
     fence_dir: str = Field(default="/var/lib/reconciler", description="Directory on every node where the highest "
                            "epoch seen is kept (fence.json) and fenced writes are journaled (writes.log)")
-    lease_duration: str | int = Field(default="15s", description="A leader that has not renewed for this long is "
-                                      "replaced")
-    renew_interval: str | int = Field(default="5s", description="How often the leader renews and the standby asks")
+    lease_duration: LeaseDuration = Field(  # type: ignore[valid-type]
+        default="15s", description="A leader that has not renewed for this long is replaced")
+    renew_interval: RenewInterval = Field(  # type: ignore[valid-type]
+        default="5s", description="How often the leader renews and the standby asks")
     peers: list[PeerConfig] = Field(default_factory=list, description="The other daemon(s): history and status "
                                     "pages show their runs too")
-
-    _durations = field_validator("lease_duration", "renew_interval")(lambda cls, v: _duration(v))
 
     @field_validator("lease_dir", "fence_dir")
     @classmethod
@@ -197,9 +210,9 @@ class DaemonConfig(Strict):
     repository: RepositoryConfig | None = None
     watch: str | None = Field(default=None, description="Local mode: a directory to watch instead of a repository")
     mode: Literal["enforce", "report"] = "report"
-    poll_interval: str | int = "1m"
-    drift_interval: str | int = "5m"
-    debounce: float = Field(default=1.0, ge=0, description="Local mode: seconds of quiet before reconciling")
+    poll_interval: Interval = "1m"  # type: ignore[valid-type]
+    drift_interval: Interval = "5m"  # type: ignore[valid-type]
+    debounce: float = Field(default=1.0, ge=0, le=3600, description="Local mode: seconds of quiet before reconciling")
     state_dir: str = "/var/lib/reconciler"
     metrics_listen: str | None = Field(default="127.0.0.1:9464", description="host:port of /metrics and the status "
                                        "page, or null for none (localhost by default)")
@@ -210,19 +223,18 @@ class DaemonConfig(Strict):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     forge: ForgeConfig | None = None
     checks_after_apply: bool = True
-    max_unavailable: int = Field(default=1, ge=1)
+    max_unavailable: int = Field(default=1, ge=1, le=100000)
     max_fail_percent: float = Field(default=50.0, ge=0, le=100)
-    drain_timeout: str | int = "1h"
-    ssh_idle_timeout: str | int = Field(default="10m", description="Persistent SSH sessions: a node connection unused "
-                                        "this long is closed (0: a fresh connection per cycle, no persistence)")
+    drain_timeout: DrainTimeout = "1h"  # type: ignore[valid-type]
+    ssh_idle_timeout: IdleTimeout = Field(  # type: ignore[valid-type]
+        default="10m", description="Persistent SSH sessions: a node connection unused this long is closed "
+        "(0: a fresh connection per cycle, no persistence)")
     notifications: NotificationsConfig | None = None
     age_identity: str | None = Field(default=None, description="age identity file (relative: to this file's "
                                      "directory) that decrypts the desired state's .age files on this node")
     ha: HAConfig | None = Field(default=None, description="Run as one of two daemons on two login nodes (leader "
                                 "election with fencing); absent: a single daemon")
 
-    _durations = field_validator("poll_interval", "drift_interval", "drain_timeout",
-                                 "ssh_idle_timeout")(lambda cls, v: _duration(v))
 
     @model_validator(mode="after")
     def _one_source(self) -> DaemonConfig:
