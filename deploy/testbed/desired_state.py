@@ -268,8 +268,8 @@ def light_patches_yaml(s: dict[str, Any]) -> str:
 
 
 def rollout_yaml(s: dict[str, Any]) -> str:
-    """rollout.yaml: one shot (every node at once, no gates), what the testbed's timings and demo measure;
-    progressive rollouts (the default elsewhere) are tested with a rollout.yaml of their own."""
+    """rollout.yaml: one shot (every node at once, no gates), what the testbed's timings measure; progressive
+    rollouts (the default elsewhere) are tested with a rollout.yaml of their own, and deploy/demo commits one."""
     return header("how a commit reaches the nodes: all at once on the testbed") + """rollout:
   waves: all
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import sqlite3
 import time
 import uuid
@@ -28,6 +27,7 @@ from reconciler.daemon.rollouts import outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
+from reconciler.daemon.watched import content_hash
 from reconciler.daemon.workers import Background, Gate
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.followups import FollowUp
@@ -38,7 +38,7 @@ from reconciler.facts.models import ClusterFacts, SlurmNodeFact
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HighAvailability
 from reconciler.inventory import node_specs
-from reconciler.loader import DesiredStateError, LoadedState, load_dir, yaml_files
+from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
 from reconciler.notify import Message, Notifier
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
@@ -244,8 +244,8 @@ class Reconciler:
         self.log.info("commit.valid", commit=head, subject=subject)
 
     def _resolve_local(self, directory: Path) -> tuple[Target | None, bool]:
-        """Local mode: the directory's YAML content is the 'commit'."""
-        digest = _content_hash(directory)
+        """Local mode: the content of the directory's files (watched.state_files) is the 'commit'."""
+        digest = content_hash(directory, (self.config.state_path.resolve(),))
         new = digest != self.state.seen_head
         if new:
             self.state.seen_head = digest
@@ -766,13 +766,3 @@ def _step_fields(line: str) -> dict[str, str]:
 
 def _run_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def _content_hash(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in yaml_files(directory):
-        digest.update(str(path.relative_to(directory)).encode() + b"\0")
-        with contextlib.suppress(OSError):
-            digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return "local:" + digest.hexdigest()[:12]

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import structlog
 
-from reconciler.daemon import logs
+from reconciler.daemon import logs, watched
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.leadership import make_ha
 from reconciler.daemon.loop import Reconciler
@@ -51,20 +51,31 @@ def acquire_lock(state_dir: Path) -> IO[str]:
     return handle
 
 
-class Watcher:
-    """Local mode: watchdog events on the desired-state directory, debounced."""
+CHANGES = ("created", "deleted", "modified", "moved", "closed")  # watchdog event types that change content
 
-    def __init__(self, directory: Path, wake: threading.Event) -> None:
+
+class Watcher:
+    """Local mode: watchdog events on the desired-state directory, debounced.
+
+    Any file of it counts (a `source:`, an .age secret, not only YAML), except what watched.ignored() names."""
+
+    def __init__(self, directory: Path, wake: threading.Event, exclude: tuple[Path, ...] = ()) -> None:
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer
 
         self.changed_at: float | None = None
         watcher = self
+        directory = directory.resolve()
 
         class Handler(FileSystemEventHandler):
             def on_any_event(self, event: FileSystemEvent) -> None:
-                path = str(event.src_path)
-                if "/.git/" in path or path.endswith((".swp", "~", ".tmp")):
+                # Reads (the daemon's own included) open files, and a directory's "modified" only echoes a
+                # child's event: neither changes the state.
+                if event.event_type not in CHANGES or event.is_directory and event.event_type == "modified":
+                    return
+                # An atomic save renames a scratch file over the real one: the destination is what changed.
+                paths = [event.src_path, getattr(event, "dest_path", "")]
+                if all(not p or watched.ignored(directory, os.fsdecode(p), exclude) for p in paths):
                     return
                 watcher.changed_at = time.monotonic()
                 wake.set()
@@ -181,7 +192,8 @@ class Daemon:
         reconciler.background.start()
         self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
                       source=self._source_text(), interrupted_runs=interrupted, metrics=self.config.metrics_listen)
-        watcher = Watcher(Path(self.config.watch), self.wake) if self.config.watch else None
+        watcher = Watcher(Path(self.config.watch), self.wake, (self.config.state_path.resolve(),)) \
+            if self.config.watch else None
         try:
             self._loop(reconciler, watcher)
         finally:

@@ -1,5 +1,6 @@
 """The README's first command, `deploy/demo`: daemon on a local Git repo configures the testbed, applies a
-commit and heals a hand edit."""
+commit, heals a hand edit, catches a failing prolog on the canary (rolled back, not retried) and rolls the fix out
+in waves."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel) -> None:
-    """deploy/demo runs to the end: first apply, partition commit in sinfo, hand edit healed.
+    """deploy/demo runs to the end: first apply, partition commit in sinfo, hand edit healed, bad prolog caught
+    by the canary's smoke job and the cluster whole again, the commit not retried, the fix out in two gated waves.
 
     The daemon is the `reconciler` of a wheel installed into a fresh venv (not the checkout)."""
     reason = unavailable()
@@ -38,3 +40,21 @@ def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel) -> None:
     assert float(latency.group(1)) < 2 + 10 and float(healed.group(1)) < 5 + 10
     assert re.search(r"^demo +up +30:00 +2 +idle gpu\[01-02\]$", out.stdout, re.M), out.stdout
     assert '"event": "drift.detected"' in out.stdout and "drift:          0 resource(s)" in out.stdout
+    act6 = out.stdout[out.stdout.index("== 6. "):out.stdout.index("== 7. ")]
+    act7 = out.stdout[out.stdout.index("== 7. "):]
+    # The canary's smoke job caught the bad prolog; only gpu01 had it, and the rollback resumed it.
+    bad = re.search(r"^rolled back: +([0-9a-f]{12}) .*wave 1 gate smoke-job on gpu01: .*Prolog error", act6, re.M)
+    assert bad, act6
+    assert re.search(r"caught on the canary and rolled back [\d.]+ s after the push", act6), act6
+    assert re.search(r"rolled back gpu01 to [0-9a-f]{12}; resumed gpu01", act6), act6
+    assert re.search(r"cluster whole again \(prolog restored on gpu01, no node drained\) [\d.]+ s after", act6)
+    assert re.search(r"^demo +up +30:00 +2 +idle gpu\[01-02\]$", act6, re.M), act6
+    # Not retried: the daemon skips it, and it never ran a second time.
+    assert '"event": "commit.rolled_back_skipped"' in act6 and bad.group(1) in act6
+    assert f"runs of the rolled-back {bad.group(1)} in all: 1 (never retried)" in act7, act7
+    # The fix: two gated waves, canary first, every gate passed.
+    assert re.search(r"commit-to-applied latency with the gates: [\d.]+ s", act7), act7
+    assert re.search(r"rollout [\d.]+ s in 2 wave\(s\) \(gpu01, gpu02\): the gates took [\d.]+ s", act7), act7
+    assert re.search(r"wave 1 \(canary\) gpu01: node-checks ok [\d.]+s; smoke-job ok [\d.]+s; soak ok", act7), act7
+    assert re.search(r"wave 2 \(step 1\) gpu02: node-checks ok [\d.]+s; smoke-job ok [\d.]+s", act7), act7
+    assert "FAILED" not in act7
