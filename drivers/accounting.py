@@ -167,6 +167,16 @@ class Planner:
         # where each account sits: as the desired state says, else as the database does (for removals)
         self.parents = {a.account: a.parent for a in actual.assocs if not a.user and a.parent}
         self.parents.update({a.name: a.parent for a in desired.accounts if a.state == "present"})
+        # indexes of the associations: looked up once per account and user (a scan each is quadratic at 20,000)
+        self.account_assocs: dict[str, Assoc] = {}
+        self.user_assocs: dict[str, dict[str, Assoc]] = {}
+        self.children: dict[str, list[str]] = {}
+        for assoc in actual.assocs:
+            if assoc.user:
+                self.user_assocs.setdefault(assoc.user, {})[assoc.account] = assoc
+            else:
+                self.account_assocs.setdefault(assoc.account, assoc)
+                self.children.setdefault(assoc.parent, []).append(assoc.account)
 
     # ------------------------------------------------------------ helpers
 
@@ -186,13 +196,12 @@ class Planner:
 
     def _subtree(self, name: str) -> set[str]:
         """NAME and every account under it, by the current database."""
-        found, grew = {name}, True
-        while grew:
-            grew = False
-            for assoc in self.actual.assocs:
-                if not assoc.user and assoc.parent in found and assoc.account not in found:
-                    found.add(assoc.account)
-                    grew = True
+        found, todo = {name}, [name]
+        while todo:
+            for child in self.children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
         return found
 
     def _blocked(self, what: str, jobs: list[str]) -> bool:
@@ -248,7 +257,7 @@ class Planner:
 
     def _account(self, spec: AccountSpec) -> None:
         record = self.actual.accounts.get(spec.name)
-        assoc = self.actual.account_assoc(spec.name)
+        assoc = self.account_assocs.get(spec.name)
         if spec.state == "absent":
             if (record or assoc) and spec.name not in PROTECTED_ACCOUNTS:
                 self._remove_account(spec.name)
@@ -292,7 +301,7 @@ class Planner:
 
     def _user(self, spec: UserSpec) -> None:
         current = self.actual.users.get(spec.name)
-        assocs = self.actual.user_assocs(spec.name)
+        assocs = dict(self.user_assocs.get(spec.name, {}))
         if spec.state == "absent":
             if (current or assocs) and spec.name not in PROTECTED_USERS:
                 self._remove_user(spec.name)

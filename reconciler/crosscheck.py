@@ -10,6 +10,7 @@ from reconciler import params as slurm_params
 from reconciler import values as value_rules
 from reconciler.inventory import node_specs
 from reconciler.model import AccountSpec, DesiredState, SlurmScalar, UserSpec
+from reconciler.relations import relations
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -257,23 +258,24 @@ def _slurm_params(state: DesiredState) -> Iterator[Problem]:
 
 
 def _accounting(state: DesiredState) -> Iterator[Problem]:
-    """Names unique; parents, accounts and QOS referred to are declared (or are Slurm's own root and normal)."""
+    """Parents, accounts and QOS referred to are declared (or are Slurm's own root and normal).
+
+    Names declared twice are the loader's error (sectionmerge.duplicate_names: it has both places).
+    """
     acct = state.accounting
     if acct is None:
         return
-    for kind, names in (("qos", [q.name for q in acct.qos]), ("accounts", [a.name for a in acct.accounts]),
-                        ("users", [u.name for u in acct.users])):
-        seen: dict[str, int] = {}
-        for index, name in enumerate(names):
-            if name in seen:
-                yield ("accounting", kind, index, "name"), f"{name!r} is listed twice (also {kind}[{seen[name]}])"
-            seen.setdefault(name, index)
     accounts = {a.name for a in acct.accounts if a.state == "present"} | {"root"}
     qos = {q.name for q in acct.qos if q.state == "present"} | {"normal"}
+    guessed: dict[tuple[str, int], str] = {}
 
     def near(name: str, known: set[str]) -> str:
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-        return f" (did you mean {close[0]}?)" if close else ""
+        # once per unknown name: 20,000 users naming one missing account must not each search 2,000 names
+        key = (name, id(known))
+        if key not in guessed:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            guessed[key] = f" (did you mean {close[0]}?)" if close else ""
+        return guessed[key]
 
     for index, account in enumerate(acct.accounts):
         if account.state == "present" and account.parent not in accounts:
@@ -319,4 +321,4 @@ def cross_check(state: DesiredState) -> list[Problem]:
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
             *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
-            *_accounting(state)]
+            *_accounting(state), *relations(state)]

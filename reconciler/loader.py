@@ -11,7 +11,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from reconciler import hostlist
+from reconciler.errorder import arrange
 from reconciler.model import DesiredState
+from reconciler.sectionmerge import duplicate_names, merge_split
 from reconciler.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 
 KeyPath = tuple[str | int, ...]
@@ -152,7 +154,10 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLim
         size = path.stat().st_size
         if size > limits.max_file_bytes:
             errors.append(ConfigError(Location(rel, 1, 1), (), f"{OVER_LIMITS}: file of {size} bytes is larger "
-                                      f"than {limits.max_file_bytes} bytes"))
+                                      f"than {limits.max_file_bytes} bytes, the limit "
+                                      "(RECONCILER_YAML_MAX_FILE_BYTES=<bytes> in the environment raises it; or split "
+                                      "the file: lists such as nodes, files and accounting.users may be spread over "
+                                      "several files)"))
             return None
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -174,7 +179,7 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLim
 
 def _merge(root: Path, files: list[Path], errors: list[ConfigError],
            limits: LoadLimits | None = None) -> tuple[dict[str, Any], dict[KeyPath, Location]]:
-    """Merge the top-level keys of all files: mappings once, lists concatenated."""
+    """Merge the top-level keys of all files: mappings once, lists concatenated, split sections by their lists."""
     merged: dict[str, Any] = {}
     locations: dict[KeyPath, Location] = {}
     for path in files:
@@ -193,6 +198,10 @@ def _merge(root: Path, files: list[Path], errors: list[ConfigError],
                 for loc_path, loc in file_locs.items():
                     if loc_path[:1] == (key,) and len(loc_path) > 1 and isinstance(loc_path[1], int):
                         locations[(key, loc_path[1] + offset, *loc_path[2:])] = loc
+                continue
+            split = merge_split(key, value, merged, file_locs, locations)
+            if split is not None:
+                errors.extend(ConfigError(loc, path, message) for loc, path, message in split)
                 continue
             if key in merged:
                 first = locations.get((key,))
@@ -353,6 +362,8 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
     if not files:
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
     merged, locations = _merge(root, files, errors, limits)
+    roots = len(errors)  # a file that did not load, a key defined twice: what the other errors may follow from
+    errors.extend(ConfigError(loc, path, message) for loc, path, message in duplicate_names(merged, locations))
     state: DesiredState | None = None
     with hostlist.budget():  # all hostlists of this state together are bounded before expanding
         try:
@@ -380,7 +391,7 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
         errors.extend(ConfigError(_nearest(locations, path), path, msg)
                       for path, msg in read_munge_age(state, root, munge_at.file if munge_at else None))
     if errors:
-        errors.sort(key=lambda e: (e.location.file, e.location.line) if e.location else ("", 0))
+        errors = arrange(errors[:roots], errors[roots:])
         if len(errors) > MAX_ERRORS:
             more = len(errors) - MAX_ERRORS
             errors = [*errors[:MAX_ERRORS], ConfigError(None, (), f"... and {more} more error(s) not shown")]

@@ -79,11 +79,19 @@ def no_control_chars(text: str, allow: str = "") -> str:
     return text
 
 
+_DROP: dict[str, dict[int, None]] = {}
+
+
+def _drop(keep: str) -> dict[int, None]:
+    """The str.translate table that leaves out the characters of KEEP."""
+    return _DROP.setdefault(keep, dict.fromkeys(map(ord, keep)))
+
+
 def visible(text: str, keep: str = "\n\t") -> str:
     """TEXT for display: control, format and invisible characters (ESC, bidi overrides, line separators) shown
     as `\\x1b` / `\\u202e`, so text read from a node cannot drive a terminal or hide itself in a report."""
-    if text.isascii() and text.isprintable():
-        return text
+    if text.isascii() and (text.isprintable() or text.translate(_DROP.get(keep) or _drop(keep)).isprintable()):
+        return text  # ASCII that prints once KEEP is left out has nothing to escape (a diff is multi-line)
     out = []
     for ch in text:
         if ch in keep or ch == " " or unicodedata.category(ch) not in _INVISIBLE:
