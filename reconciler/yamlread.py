@@ -135,7 +135,7 @@ class _Builder:
             if self.expansions > self.bounds.max_alias_expansions:
                 raise self.fail(event, path, f"{OVER_LIMITS}: more than {self.bounds.max_alias_expansions} alias "
                                 f"expansions (alias *{event.anchor} brings in {size} node(s)); refused before "
-                                "loading")
+                                "loading (RECONCILER_YAML_MAX_ALIAS_EXPANSIONS=<count> in the environment raises it)")
             return copy.deepcopy(value), size
         if isinstance(event, ScalarEvent):
             value, size = self.scalar(event, path), 1
@@ -147,7 +147,8 @@ class _Builder:
                                 "plain YAML")
             self.depth += 1
             if self.depth > self.bounds.max_depth:
-                raise self.fail(event, path, f"{OVER_LIMITS}: nested deeper than {self.bounds.max_depth} levels")
+                raise self.fail(event, path, f"{OVER_LIMITS}: nested deeper than {self.bounds.max_depth} levels "
+                                "(RECONCILER_YAML_MAX_DEPTH=<levels> in the environment raises it)")
             build = self.mapping if isinstance(event, MappingStartEvent) else self.sequence
             value, size = build(events, event, path)
             self.depth -= 1
