@@ -217,8 +217,9 @@ def rollout_tables(rows: list[dict[str, Any]]) -> list[Table]:
                           "yaml), the rollout mode in the same commit. Medians; added = median of the per-run "
                           "differences (the two modes alternate which goes first); push -> applied = the end of "
                           "the daemon's run that applied it (`reconciler history`), from the push's return. Gates: "
-                          "the smoke job (a Slurm job on exactly the wave's nodes through a reservation, then up to "
-                          "5 s for a prolog/epilog drain to show); NCCL gate off, no node checks declared.")
+                          "the smoke job (a Slurm job on exactly the wave's nodes through a reservation, then the "
+                          "wait until Slurm ended it and recorded its drains); NCCL gate off, no node checks "
+                          "declared.")
         good.notes.append(f"Soak: {r['soak_s']} s as configured here, so the figure is the gates' cost; a soak "
                           f"waits after every gated wave but the last: the default {r['default_soak_s']} s would "
                           f"add {r['default_soak_adds_s']} s to these {r['waves']} waves.")

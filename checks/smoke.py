@@ -20,13 +20,12 @@ from reconciler import hostlist
 from reconciler.backend.base import Transport
 from reconciler.checks.nccl.run import reservation_create_command, reservation_delete_command
 from reconciler.checks.slurm_view import SlurmView, fetch_view
+from reconciler.checks.smoke_settle import prolog_failures, settle, unsettled_nodes
 from reconciler.inventory import NodeSpec
 
 JOB_NAME = "reconciler-smoke"
 MARK = "reconciler-smoke"
 KILL_AFTER = 10
-SETTLE = 5.0  # seconds Slurm gets after the job to record a prolog/epilog drain
-POLL = 0.5
 _LINE = re.compile(rf"^{MARK} (OK|FAIL) (\S+)(?:: (.*))?$")
 _RC = re.compile(rf"^{MARK}-rc (\w+) (\d+)$")
 
@@ -138,27 +137,9 @@ def _drains(before: SlurmView, after: SlurmView, nodes: Sequence[str]) -> dict[s
     return out
 
 
-def _settle(transport: Transport, controller: NodeSpec, before: SlurmView, nodes: Sequence[str],
-            limit: float, should_stop: Callable[[], bool]) -> SlurmView:
-    """Slurm's view once the job left the nodes (no COMPLETING) and a drain it caused had time to show."""
-    deadline = time.monotonic() + limit
-    quiet_since: float | None = None
-    while True:
-        view = fetch_view(transport, controller)
-        busy = [n for n in nodes if view.nodes.get(n) is not None and "COMPLETING" in view.nodes[n].flags]
-        now = time.monotonic()
-        if view.error is None and not busy:
-            quiet_since = quiet_since or now
-            if _drains(before, view, nodes) or now - quiet_since >= SETTLE:
-                return view
-        if now >= deadline or should_stop():
-            return view
-        time.sleep(POLL)
-
-
 def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, spec: SmokeSpec,
               should_stop: Callable[[], bool] = lambda: False) -> SmokeResult:
-    """Reserve the nodes, run the smoke job on them, wait for its epilog, delete the reservation; judge."""
+    """Reserve the nodes, run the smoke job on them, wait for Slurm to settle, delete the reservation; judge."""
     started = time.monotonic()
     before = fetch_view(transport, controller)
     if before.error:
@@ -176,14 +157,21 @@ def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, sp
                            seconds=time.monotonic() - started)
     try:
         ran = transport.run(launcher, launch_script(spec, nodes), timeout=spec.timeout * 2 + 2 * KILL_AFTER + 30)
-        after = _settle(transport, controller, before, nodes, spec.timeout, should_stop)
+        output = ran.stdout + ran.stderr
+        failed, passed, rcs = parse_output(output)
+        silent = set() if rcs.get("step") == 0 else {n for n in nodes if n not in passed and n not in failed}
+        settled = settle(transport, controller, JOB_NAME, spec.reservation, silent | prolog_failures(output),
+                         spec.timeout, should_stop)
     finally:
         transport.run(controller, reservation_delete_command(spec.reservation))
-    output = ran.stdout + ran.stderr
+    after = settled.view
     drained = _drains(before, after, nodes)
-    failed, passed, rcs = parse_output(output)
     for node, reason in drained.items():
         failed[node] = f"drained by Slurm: {reason}"
+    if after.error is not None:  # no word from Slurm after the job: its drains cannot be known, nothing passes
+        failed.update({n: f"Slurm did not answer after the job: {after.error}" for n in nodes if n not in failed})
+    for node, why in unsettled_nodes(settled.jobs, nodes).items():
+        failed.setdefault(node, f"{why} after {spec.timeout:.0f} s")
     if ran.error is not None:
         failed.update({n: f"not run: {ran.error}" for n in nodes if n not in failed})
     elif rcs.get("step", 1) != 0 or any(rc != 0 for rc in rcs.values()):
