@@ -13,7 +13,8 @@ import time
 
 import paramiko
 
-from reconciler.backend.session import MAX_OUTPUT, exec_with_deadline, wait_readable
+from reconciler.backend.bounds import MAX_OUTPUT, too_large_error
+from reconciler.backend.session import close_channel, exec_with_deadline, wait_readable
 
 _CHUNK = 65536
 _STDERR_KEPT = 4096
@@ -68,14 +69,14 @@ class AgentChannel:
                 return answer
             if len(self._buffer) > MAX_OUTPUT:  # no newline in 64 MiB: a broken or hostile agent
                 self.close()
-                raise AgentExited(None, f"answer larger than {MAX_OUTPUT // 2**20} MiB: refused", self.answered)
+                raise AgentExited(None, too_large_error(), self.answered)
             if not self._receive(deadline):
                 raise self._exited()
 
     def close(self) -> None:
         """Close the channel: the agent reads EOF (or is hung up on) and exits."""
         with contextlib.suppress(Exception):  # closing is best effort
-            self.channel.close()
+            close_channel(self.channel)  # output may still be arriving: see close_channel
 
     def _send(self, data: bytes, deadline: float) -> None:
         """Write all of DATA within the deadline."""

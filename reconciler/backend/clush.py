@@ -12,7 +12,9 @@ stdin reaches the command (base64 in the command line, at most MAX_STDIN bytes),
 an exit code is an unreachable node. The exit code is
 taken from a marker line the wrapped command prints last on stderr, so a node whose ssh (or gateway) failed
 is never mistaken for a command that exited 255. ClusterShell is line-oriented: output comes back as lines,
-each ended by a newline (a missing final newline is added).
+each ended by a newline (a missing final newline is added). Output is bounded as on the direct transport: a
+node's stdout past MAX_OUTPUT is refused (cut on the node, and never held past the bound here), and only the end
+of its stderr is kept.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ClusterShell.Event import EventHandler
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.Task import Task, task_self
 from ClusterShell.Topology import TopologyGraph
 
 from reconciler import hostlist, netnames
 from reconciler.backend.base import BaseTransport, CommandFor, CommandResult, StdinFor, Transport
+from reconciler.backend.bounds import MAX_OUTPUT, BoundedOutput, too_large_error
 from reconciler.backend.session import wrap_command
 from reconciler.backend.ssh import SSHTransport
 from reconciler.inventory import NodeSpec
@@ -44,6 +48,8 @@ _RC_LINE = re.compile(rf"^(.*){re.escape(RC_MARKER)}(\d+)$")
 
 class ClushTransport(BaseTransport):
     """Runs commands on nodes behind gateways with ClusterShell (tree mode), on the others directly."""
+
+    max_output = MAX_OUTPUT  # bytes of stdout a node may return
 
     def __init__(self, ssh: SSHDefaults, base_dir: Path, *, forks: int | None = None,
                  direct: Transport | None = None) -> None:
@@ -138,19 +144,24 @@ class ClushTransport(BaseTransport):
         workers = []
         for (command, data), specs in groups.items():
             by_host = {s.host: s for s in specs}
-            wrapped = f"{with_stdin(wrap_command(command, specs[0].user), data)}; echo {RC_MARKER}$? >&2"
+            # `head` ends a node's endless output on the node (the command then gets SIGPIPE), as closing the
+            # channel does on the direct transport; the collector bounds what is held here whatever the node does
+            wrapped = (f"{{ {with_stdin(wrap_command(command, specs[0].user), data)}; echo {RC_MARKER}$? >&2; }}"
+                       f" | head -c {self.max_output + 1}")
+            collector = OutputCollector(self.max_output)
             worker = task.shell(wrapped, nodes=str(NodeSet.fromlist(by_host)), stderr=True, timeout=limit,
-                                tree=True)
-            workers.append((worker, by_host))
+                                tree=True, handler=collector)
+            workers.append((worker, collector, by_host))
             for spec in specs:
                 self.count_round_trip(spec.name)
         task.run()
         duration = time.monotonic() - start
         results = {}
-        for worker, by_host in workers:
+        for worker, collector, by_host in workers:
             timed_out = {str(n) for n in worker.iter_keys_timeout()}
             for host, spec in by_host.items():
-                results[spec.name] = self._result(worker, host, spec, host in timed_out, limit, duration)
+                output = collector.outputs.get(host) or BoundedOutput(self.max_output)
+                results[spec.name] = self._result(worker, output, host, spec, host in timed_out, limit, duration)
         return results
 
     def _configure(self, task: Task, specs: list[NodeSpec]) -> None:
@@ -175,6 +186,8 @@ class ClushTransport(BaseTransport):
         task.set_info("connect_timeout", self.ssh.connect_timeout)
         task.set_info("command_timeout", 0)
         task.set_info("fanout", self.forks)
+        task.set_default("stdout_msgtree", False)  # ClusterShell's own buffers have no bound: OutputCollector's do
+        task.set_default("stderr_msgtree", False)
         os.environ.setdefault("CLUSTERSHELL_GW_PYTHON_EXECUTABLE", "python3")
 
     def ssh_options(self, spec: NodeSpec) -> list[str]:
@@ -198,11 +211,10 @@ class ClushTransport(BaseTransport):
         expanded = Path(path).expanduser()
         return expanded if expanded.is_absolute() else (self.base_dir / expanded).resolve()
 
-    def _result(self, worker: object, host: str, spec: NodeSpec, timed_out: bool, limit: float,
-                duration: float) -> CommandResult:
-        """A node's CommandResult from the worker's buffers and the exit-code marker on stderr."""
-        stdout = _text(worker.node_buffer(host))  # type: ignore[attr-defined]
-        err_lines = _text(worker.node_error_buffer(host)).splitlines()  # type: ignore[attr-defined]
+    def _result(self, worker: object, output: BoundedOutput, host: str, spec: NodeSpec, timed_out: bool,
+                limit: float, duration: float) -> CommandResult:
+        """A node's CommandResult from its collected output and the exit-code marker on stderr."""
+        err_lines = bytes(output.stderr).decode("utf-8", errors="replace").splitlines()
         code = None
         if err_lines:
             match = _RC_LINE.match(err_lines[-1])
@@ -210,6 +222,9 @@ class ClushTransport(BaseTransport):
                 code = int(match.group(2))
                 err_lines = err_lines[:-1] + ([match.group(1)] if match.group(1) else [])
         stderr = "".join(f"{line}\n" for line in err_lines)
+        if output.too_large:  # whatever else happened: the node was cut off for it
+            return CommandResult(spec.name, None, "", stderr, duration, error=too_large_error(self.max_output))
+        stdout = bytes(output.stdout).decode("utf-8", errors="replace")
         if code is not None:
             return CommandResult(spec.name, code, stdout, stderr, duration)
         gateway = self.behind[spec.name]
@@ -243,10 +258,20 @@ def with_stdin(command: str, data: str | None) -> str:
     return f"printf %s {base64.b64encode(raw).decode()} | base64 -d | {command}"
 
 
-def _text(buffer: bytes | object) -> str:
-    """A ClusterShell message buffer as text, every line ended by a newline (empty when nothing came: None)."""
-    if buffer is None:
-        return ""
-    data = bytes(buffer) if not isinstance(buffer, bytes) else buffer  # type: ignore[call-overload]
-    text = data.decode("utf-8", errors="replace")
-    return text + "\n" if text else ""
+class OutputCollector(EventHandler):  # type: ignore[misc]
+    """Each node's output lines as ClusterShell reads them, kept within the bounds (BoundedOutput), by host."""
+
+    def __init__(self, max_output: int = MAX_OUTPUT) -> None:
+        super().__init__()
+        self.max_output = max_output
+        self.outputs: dict[str, BoundedOutput] = {}
+
+    def ev_read(self, worker: object, node: object, sname: str, msg: bytes) -> None:
+        """One line from NODE (without its newline) on stream SNAME."""
+        output = self.outputs.get(str(node))
+        if output is None:
+            output = self.outputs[str(node)] = BoundedOutput(self.max_output)
+        if sname == "stderr":
+            output.add_stderr(bytes(msg) + b"\n")
+        else:
+            output.add_stdout(bytes(msg) + b"\n")

@@ -8,7 +8,9 @@ the host (under the name paramiko will look up) and a policy that refuses any ho
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import hmac
 import os
 import threading
 from dataclasses import dataclass
@@ -40,7 +42,7 @@ class KnownHosts:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._keys = paramiko.HostKeys()
+        self._keys = _KeyIndex()
         self._lock = threading.Lock()
         self.revoked: set[str] = set()  # base64 blobs of the `@revoked` lines
         if path.is_file():
@@ -71,14 +73,12 @@ class KnownHosts:
     def lookup(self, name: str) -> dict[str, paramiko.PKey]:
         """The known keys of a host name, by key type (empty when the host is unknown)."""
         with self._lock:
-            entry = self._keys.lookup(name)
-            return {keytype: entry[keytype] for keytype in entry} if entry else {}
+            return self._keys.lookup(name)
 
     def record(self, name: str, key: paramiko.PKey) -> None:
         """Append a new host's key to the file; refuse if another key of that type was recorded meanwhile."""
         with self._lock:
-            entry = self._keys.lookup(name)
-            known = entry.get(key.get_name()) if entry else None
+            known = self._keys.lookup(name).get(key.get_name())
             if known is not None:
                 if known != key:
                     raise HostKeyRefused(f"HOST KEY CHANGED for {name} while connecting: refusing")
@@ -96,6 +96,64 @@ class KnownHosts:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
+
+
+class _KeyIndex:
+    """paramiko.HostKeys' answers (`add`, then `lookup` as a dict by key type), found by name instead of by scanning.
+
+    paramiko compares a name with every entry on each lookup and add: with one line per node, a connection to
+    each of N nodes cost O(N) (two lookups each) and reading the file O(N^2). Hashed names (`|1|salt|hash`) can
+    only be found by hashing the name with each entry's salt, as paramiko and OpenSSH do; answers are remembered
+    per name until the next `add`.
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[str, str, paramiko.PKey]] = []  # (name, key type, key), first added first
+        self._where: dict[tuple[str, str], int] = {}  # (name, key type) -> its entry
+        self._by_name: dict[str, list[int]] = {}
+        self._hashed: list[int] = []  # entries whose name is hashed
+        self._answers: dict[str, dict[str, paramiko.PKey]] = {}
+
+    def add(self, name: str, keytype: str, key: paramiko.PKey) -> None:
+        """Add a key; one already there for the same name and key type is replaced (as paramiko does)."""
+        self._answers.clear()
+        at = self._where.get((name, keytype))
+        if at is not None:
+            self._entries[at] = (name, keytype, key)
+            return
+        at = self._where[(name, keytype)] = len(self._entries)
+        self._entries.append((name, keytype, key))
+        self._by_name.setdefault(name, []).append(at)
+        if name.startswith("|1|"):
+            self._hashed.append(at)
+
+    def lookup(self, name: str) -> dict[str, paramiko.PKey]:
+        """The keys filed under NAME, by key type; for a type found twice, the first entry's (as paramiko)."""
+        answer = self._answers.get(name)
+        if answer is None:
+            found = set(self._by_name.get(name, ()))
+            if not name.startswith("|1|"):
+                found.update(at for at in self._hashed if _hash_matches(name, self._entries[at][0]))
+            answer = {}
+            for at in sorted(found):
+                _, keytype, key = self._entries[at]
+                answer.setdefault(keytype, key)
+            self._answers[name] = answer
+        return dict(answer)
+
+
+def _hash_matches(name: str, hashed: str) -> bool:
+    """Whether NAME hashes to a known_hosts `|1|salt|hash` name (paramiko's HostKeys.hash_host, compared alike)."""
+    parts = hashed.split("|")
+    try:
+        salt = base64.b64decode(parts[2]) if len(parts) == 4 else b""
+    except binascii.Error:
+        return False
+    if len(salt) != hashlib.sha1().digest_size:  # malformed: matches nothing (paramiko stopped on an assert)
+        return False
+    digest = hmac.new(salt, name.encode("utf-8"), hashlib.sha1).digest()
+    ours = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+    return hmac.compare_digest(ours.encode(), hashed.encode("utf-8"))
 
 
 @dataclass(frozen=True)

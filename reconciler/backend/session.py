@@ -8,6 +8,7 @@ character split across two chunks. Here bytes are collected whole and decoded on
 
 from __future__ import annotations
 
+import contextlib
 import select
 import shlex
 import threading
@@ -15,6 +16,10 @@ import time
 from dataclasses import dataclass
 
 import paramiko
+
+from reconciler.backend.bounds import MAX_OUTPUT as MAX_OUTPUT  # re-exported: where callers used to find it
+from reconciler.backend.bounds import MAX_STDERR as MAX_STDERR
+from reconciler.backend.bounds import BoundedOutput
 
 _CHUNK = 32768
 _POLL = 0.5
@@ -51,10 +56,6 @@ def open_channel(transport: paramiko.Transport | None, timeout: float) -> parami
         raise SessionOpenError(str(exc) or type(exc).__name__) from exc
 
 
-MAX_OUTPUT = 64 * 1024 * 1024  # bytes of stdout one command may return (facts of a big node are a few MB)
-MAX_STDERR = 64 * 1024  # the end of stderr is what explains a failure
-
-
 def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None, timeout: float) -> Outcome:
     """Run `command` on an opened session channel, then close it; close it early at the deadline."""
     deadline = time.monotonic() + timeout
@@ -64,6 +65,22 @@ def run_on_channel(channel: paramiko.Channel, command: str, stdin: bytes | None,
             return Outcome(None, b"", b"", timed_out=True)
         return _pump(channel, stdin or b"", deadline)
     finally:
+        close_channel(channel)
+
+
+def close_channel(channel: paramiko.Channel) -> None:
+    """Close a channel whose output may still be arriving (cut off at the bound or the deadline), quietly.
+
+    paramiko's transport thread tells of arrived data by writing a byte to the channel's wake-up pipe (made by
+    `fileno()`), and Channel.close() closes that pipe without holding the buffers' locks: data arriving during
+    the close was written to a closed descriptor, the transport thread died (EBADF, EPIPE) and the command was
+    reported as a lost connection (and a reused descriptor number could have taken the byte). Plain events are
+    swapped in first, under the buffers' locks, so no write to the pipe is under way or can start once it closes.
+    """
+    for buffer in (getattr(channel, "in_buffer", None), getattr(channel, "in_stderr_buffer", None)):
+        if buffer is not None:  # (a stand-in channel has none)
+            buffer.set_event(threading.Event())
+    with contextlib.suppress(paramiko.SSHException, EOFError, OSError):  # the outcome is already known
         channel.close()
 
 
@@ -94,21 +111,21 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
     pending = memoryview(stdin)
     if not pending:
         channel.shutdown_write()
-    out, err = bytearray(), bytearray()
+    output = BoundedOutput()
     fd = channel.fileno()
     while not _finished(channel):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return Outcome(None, bytes(out), bytes(err), timed_out=True)
+            return Outcome(None, bytes(output.stdout), bytes(output.stderr), timed_out=True)
         pending = _feed(channel, pending)
-        _drain(channel, out, err)
-        if len(out) > MAX_OUTPUT:  # a broken or hostile node cannot make the daemon hold more than this
-            return Outcome(None, b"", bytes(err[-MAX_STDERR:]), timed_out=False, too_large=True)
+        if not _drain(channel, output):  # a broken or hostile node cannot make the daemon hold more than this
+            return Outcome(None, b"", bytes(output.stderr), timed_out=False, too_large=True)
         if not _finished(channel):
             _wait(channel, fd, min(remaining, 0.01 if pending else _POLL))
-    _drain(channel, out, err)
+    if not _drain(channel, output):
+        return Outcome(None, b"", bytes(output.stderr), timed_out=False, too_large=True)
     code = channel.recv_exit_status()  # -1: no exit-status came (killed by a signal, or the session died)
-    return Outcome(code if code >= 0 else None, bytes(out), bytes(err), timed_out=False)
+    return Outcome(code if code >= 0 else None, bytes(output.stdout), bytes(output.stderr), timed_out=False)
 
 
 def _finished(channel: paramiko.Channel) -> bool:
@@ -132,13 +149,14 @@ def _feed(channel: paramiko.Channel, pending: memoryview) -> memoryview:
     return pending
 
 
-def _drain(channel: paramiko.Channel, out: bytearray, err: bytearray) -> None:
-    """Move whatever stdout and stderr data has arrived into the buffers."""
-    while channel.recv_ready():
-        out += channel.recv(_CHUNK)
+def _drain(channel: paramiko.Channel, output: BoundedOutput) -> bool:
+    """Move whatever stdout and stderr data has arrived into OUTPUT; False once its stdout is over the bound."""
     while channel.recv_stderr_ready():
-        err += channel.recv_stderr(_CHUNK)
-        del err[:-MAX_STDERR]
+        output.add_stderr(channel.recv_stderr(_CHUNK))
+    while channel.recv_ready():
+        if not output.add_stdout(channel.recv(_CHUNK)):
+            return False
+    return True
 
 
 def _wait(channel: paramiko.Channel, fd: int, seconds: float) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import select
@@ -19,6 +18,7 @@ from paramiko.ssh_exception import NoValidConnectionsError
 
 from reconciler.backend.agent import AgentChannel, AgentExited, AgentTimeout
 from reconciler.backend.base import BaseTransport, CommandResult
+from reconciler.backend.bounds import too_large_error
 from reconciler.backend.hostkeys import (
     HostKeyCheck,
     HostKeyRefused,
@@ -29,17 +29,22 @@ from reconciler.backend.hostkeys import (
     unverifiable_algorithms,
 )
 from reconciler.backend.session import (
-    MAX_OUTPUT,
     Outcome,
     SessionOpenError,
     open_channel,
     run_on_channel,
     wrap_command,
 )
+from reconciler.backend.sshconfig import CachedSSHConfig
 from reconciler.inventory import NodeSpec
 from reconciler.model import SSHDefaults
 
 KEEPALIVE_SECONDS = 30
+# How long an open connection's reader thread waits for a packet before it wakes to look at its state (closed?
+# keepalive due? rekey asked?). paramiko waits 0.1 s, which suits its handshake; an open, idle connection woke 10
+# times a second, a few dozen microseconds of Python each: with every node's connection open through a plan (and
+# the daemon's all the time), that cost grew with nodes x seconds, i.e. with N^2 for a plan. Set once connected.
+IDLE_WAKE_SECONDS = 2.0
 
 # paramiko's transport thread logs a failed handshake (an sshd killed, a peer hanging up before its banner) at
 # ERROR with its traceback; with no handler configured, Python's last-resort handler printed that traceback on the
@@ -109,59 +114,6 @@ class GcmFirstTransport(paramiko.Transport):
 
     _preferred_ciphers = tuple(c for c in paramiko.Transport._preferred_ciphers if "gcm" in c) + tuple(
         c for c in paramiko.Transport._preferred_ciphers if "gcm" not in c)
-
-
-_WILDCARDS = frozenset("*?[!")
-
-
-class CachedSSHConfig(paramiko.SSHConfig):
-    """paramiko's SSHConfig with lookups remembered per host and no work spent on blocks without `Match`.
-
-    paramiko calls getpass.getuser() for every Host block a lookup does not match (in `_does_match`, even when the
-    block has no Match criteria), and a connection looks a host up three times (ours, fabric's, the gateway's):
-    with one Host block per node that was quadratic, 0.17 s of client CPU at 16 nodes and most of a cold plan
-    at 256. The answers are the same; a config with `Match exec` is never cached (its answer may change).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._cache: dict[str, paramiko.SSHConfigDict] = {}
-        self._cache_lock = threading.Lock()
-        self._cacheable = True
-
-    def parse(self, file_obj: Any) -> None:
-        """Read more ssh_config text; what was cached is forgotten, and cacheable no more with a `Match exec`."""
-        super().parse(file_obj)
-        with self._cache_lock:
-            self._cache.clear()
-            self._cacheable = not any(m.get("type") == "exec" for context in self._config
-                                      for m in context.get("matches", []))
-
-    def lookup(self, hostname: str) -> paramiko.SSHConfigDict:
-        """The options for HOSTNAME (a copy: callers may change it)."""
-        with self._cache_lock:
-            found = self._cache.get(hostname)
-        if found is None:
-            found = super().lookup(hostname)
-            if self._cacheable:
-                with self._cache_lock:
-                    self._cache[hostname] = found
-        return copy.deepcopy(found)
-
-    def _pattern_matches(self, patterns: Any, target: str) -> bool:
-        if isinstance(patterns, list) and not any(_WILDCARDS.intersection(p) for p in patterns):
-            return target in patterns  # literal names (one Host block per node): what fnmatch would say, faster
-        return bool(super()._pattern_matches(patterns, target))
-
-    def _tokenize(self, config: Any, target_hostname: str, key: str, value: Any) -> Any:
-        if isinstance(value, str) and "%" not in value and "~" not in value:
-            return value  # no token to replace (paramiko would look up the user, host name and home first)
-        return super()._tokenize(config, target_hostname, key, value)
-
-    def _does_match(self, match_list: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
-        if not match_list:  # a Host block: paramiko would return [] too, after a getpass.getuser()
-            return []
-        return super()._does_match(match_list, *args, **kwargs)
 
 
 class _Connection(fabric.Connection):
@@ -261,7 +213,7 @@ class SSHTransport(BaseTransport):
         stderr = outcome.stderr.decode("utf-8", errors="replace")
         error = None
         if outcome.too_large:
-            error = f"answer larger than {MAX_OUTPUT // 2**20} MiB: refused (the node's output is not read)"
+            error = too_large_error()
         elif outcome.timed_out:
             error = f"command timed out after {limit:g}s"
         elif outcome.exit_code is None:
@@ -420,7 +372,8 @@ class SSHTransport(BaseTransport):
             reason = f"connection to {_where(cxn)} lost during the command: {_reason(exc)}"
             raise ConnectionLost(reason) from exc
         transport = channel.get_transport()
-        if outcome.exit_code is None and not outcome.timed_out and not (transport and transport.is_active()):
+        lost = outcome.exit_code is None and not outcome.timed_out and not outcome.too_large  # the bound is what to say
+        if lost and not (transport and transport.is_active()):
             self._drop(node.name, cxn)  # the channel closed because the whole connection dropped
             raise ConnectionLost(f"connection to {_where(cxn)} lost during the command")
         return outcome
@@ -498,7 +451,9 @@ class SSHTransport(BaseTransport):
         try:
             cxn.open()
             _verify_chain(cxn)
-            cxn.client.get_transport().set_keepalive(KEEPALIVE_SECONDS)
+            transport = cxn.client.get_transport()
+            transport.set_keepalive(KEEPALIVE_SECONDS)
+            transport.sock.settimeout(IDLE_WAKE_SECONDS)  # handshake and authentication are over
         except Exception as exc:
             reason = explain(cxn, exc, self.ssh.connect_timeout)
             _close_quietly(cxn)

@@ -102,3 +102,50 @@ def test_lookup_cost_is_linear_in_host_blocks(monkeypatch: pytest.MonkeyPatch) -
         assert cached.lookup(node)["hostname"].startswith("10.0.")
     assert calls["n"] <= 50 * 4  # paramiko alone: about 2,000 per lookup here
     assert time.process_time() - start < 5
+
+
+def test_a_lookup_walks_only_the_blocks_that_can_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One literal Host block per node: a node's first lookup no longer walks every node's block (issue 32)."""
+    walked = {"n": 0}
+    real = CachedSSHConfig._pattern_matches
+
+    def counted(self: CachedSSHConfig, patterns: object, target: str) -> bool:
+        walked["n"] += 1
+        return real(self, patterns, target)
+
+    monkeypatch.setattr(CachedSSHConfig, "_pattern_matches", counted)
+    nodes = [f"gpu{i:04d}" for i in range(2000)]
+    text = "Host gpu1*\n    Port 2222\n" + "".join(f"Host {n}\n    HostName 10.0.{i // 250}.{i % 250}\n"
+                                                     for i, n in enumerate(nodes)) + "Host *\n    User root\n"
+    cached = CachedSSHConfig.from_text(text)
+    plain = paramiko.SSHConfig.from_text(text)
+    for node in nodes[::97]:
+        walked["n"] = 0
+        assert cached.lookup(node) == plain.lookup(node)
+        assert walked["n"] <= 2 * 4, f"{walked['n']} blocks walked for {node}"  # 2 passes: *, gpu1*, its own, Host *
+
+
+def test_literal_blocks_keep_their_place_among_the_others() -> None:
+    """A host named in several blocks, before and after patterns and Match: first value wins, IdentityFile adds up."""
+    text = """\
+Host gpu01 gpu02
+    User first
+    IdentityFile ~/.ssh/a
+Match host gpu0*
+    Port 2200
+    IdentityFile ~/.ssh/b
+Host gpu01
+    User second
+    Port 2300
+    HostName n1.example.org
+    IdentityFile ~/.ssh/c
+Host gpu02 gpu01 gpu01
+    ProxyJump bastion
+Host *
+    IdentityFile ~/.ssh/d
+"""
+    cached = CachedSSHConfig.from_text(text)
+    plain = paramiko.SSHConfig.from_text(text)
+    for host in ("gpu01", "gpu02", "gpu03", "bastion"):
+        assert cached.lookup(host) == plain.lookup(host), host
+    assert cached.lookup("gpu01")["user"] == "first" and cached.lookup("gpu01")["port"] == "2200"
