@@ -5,12 +5,14 @@ from __future__ import annotations
 import shlex
 
 from reconciler import hostlist
+from reconciler.drivers import mountpoints
 from reconciler.drivers.blocks import block_change
 from reconciler.engine.context import Context
-from reconciler.engine.ops import RunCommand
+from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change
+from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
-from reconciler.facts.models import MountFact, NodeFacts
+from reconciler.facts.models import ClusterFacts, MountFact, NodeFacts
 from reconciler.model import Mount
 from reconciler.render.blocks import BlockError, block_body
 from reconciler.render.storage import fstab_block
@@ -40,7 +42,8 @@ def _old_mountpoints(content: str | None) -> list[tuple[str, str]]:
 
 
 class MountsDriver:
-    """Writes the fstab block, mounts what is missing, unmounts what left the block."""
+    """Writes the fstab block, mounts what is missing, unmounts what left the block (and removes the empty mount
+    points it created for it: drivers/mountpoints.py)."""
 
     name = "mounts"
     phase = 20
@@ -52,6 +55,12 @@ class MountsDriver:
         """Ask for /etc/fstab and the mount table."""
         req.files.append(FSTAB)
         req.python["mountinfo"] = "stdout = open('/proc/self/mountinfo').read()"  # in the fact script: no process
+        req.python[mountpoints.FACTS_KEY] = mountpoints.fact_snippet()
+
+    def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
+               commands: dict[str, dict]) -> None:
+        """The mount points this driver created on NODE (and whether they are empty)."""
+        mountpoints.absorb(cluster, node, facts, commands)
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """The fstab block change, then one change per mount that is missing or no longer wanted."""
@@ -66,19 +75,34 @@ class MountsDriver:
                                       phase=self.phase + 1))
                 continue
             mp = shlex.quote(mount.mountpoint)
+            what = f"mount {mount.source} on {mount.mountpoint}"  # names the mount in a failure's record
             changes.append(Change(
                 node=node, driver=self.name, resource=resource, action="create", phase=self.phase + 1,
-                summary=f"mount {mount.source} on {mount.mountpoint}",
-                ops=[RunCommand(command=f"mkdir -p {mp} && mount {mp}", description=f"mount {mount.mountpoint}")],
+                summary=what,
+                ops=[RunCommand(command=f"{mountpoints.make_command(mount.mountpoint)} && mount {mp}",
+                                description=what)],
+                restore=Restore(summary=f"unmounted {mount.mountpoint} (not mounted before)",
+                                check=f"! mountpoint -q {mp}",
+                                ops=[RunCommand(command=f"umount {mp}", description=f"umount {mount.mountpoint}")]),
             ))
         wanted_points = {m.mountpoint for m in wanted}
+        ours = mountpoints.created(ctx, node)
         for source, point in _old_mountpoints(fact.content if fact else None):
             if point in wanted_points:
                 continue
             if any(m.mountpoint == point and m.source.rstrip("/") == source.rstrip("/") for m in facts.mounts):
+                mp = shlex.quote(point)
+                ops: list[Op] = [RunCommand(command=f"umount {mp}", description=f"umount {point}")]
+                if point in ours:  # a directory we created for the mount: removed too, if empty once unmounted
+                    ops.append(RunCommand(command=mountpoints.remove_command(point),
+                                          description=f"remove the empty mount point {point}"))
+                wanted_points.add(point)
                 changes.append(Change(
                     node=node, driver=self.name, resource=f"mount {point}", action="delete", phase=self.phase - 1,
-                    summary=f"unmount {source} from {point} (removed from the desired state)",
-                    ops=[RunCommand(command=f"umount {shlex.quote(point)}", description=f"umount {point}")],
+                    summary=f"unmount {source} from {point} (removed from the desired state)", ops=ops,
+                    restore=Restore(summary=f"mounted {source} on {point} again", check=f"mountpoint -q {mp}",
+                                    ops=[RunCommand(command=f"{mountpoints.make_command(point)} && mount {mp}",
+                                                    description=f"mount {point}")]),
                 ))
+        changes += mountpoints.removals(node, ours, wanted_points, self.name, self.phase + 1)
         return changes

@@ -8,6 +8,7 @@ from reconciler.engine.context import Context
 from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
@@ -118,7 +119,8 @@ class NodeStateDriver:
         def change(summary: str = "", command: str | None = None) -> Change:
             return Change(node=name, driver=self.name, resource="slurm node state", phase=self.phase,
                           run_on=ctx.controller, action="update" if command else "ok", summary=summary,
-                          ops=[RunCommand(command=command)] if command else [])
+                          ops=[RunCommand(command=command)] if command else [],
+                          restore=_as_before(name, view) if command else None)
 
         if wanted:
             if view.drained and view.reason == wanted:
@@ -129,3 +131,13 @@ class NodeStateDriver:
         if view.drained and ours(view.reason) and not str(view.reason).startswith(CHECK_PREFIXES):
             return change(f"resume (drain '{view.reason}' is no longer wanted)", resume_command(name))
         return change()
+
+
+def _as_before(name: str, view: SlurmNodeFact) -> Restore:
+    """How to put a node's drain back as Slurm showed it before a change: drained with its old reason, or not."""
+    drained = f"scontrol show node -o {shlex.quote(name)} | grep -Eq 'State=[^ ]*DRAIN'"
+    if view.drained and view.reason:
+        return Restore(summary=f"drained again ({view.reason})",
+                       ops=[RunCommand(command=drain_command(name, view.reason))])
+    return Restore(summary="resumed (not drained before)", check=f"! {drained}",
+                   ops=[RunCommand(command=resume_command(name))])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reconciler.engine.context import Context
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change
+from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts, ServiceFact
 from reconciler.managed import selects
@@ -15,6 +16,7 @@ from reconciler.services import ENABLED, Action, control_command, enabled_comman
 ENABLED_OK = frozenset({"enabled", "enabled-runtime", "static", "generated", "alias", "transient", "indirect"})
 DISABLED_OK = frozenset({"disabled", "static", "generated", "transient", "indirect", "masked", "masked-runtime",
                          "not-found", "unknown"})
+INVERSE: dict[Action, Action] = {"start": "stop", "stop": "start", "enable": "disable", "disable": "enable"}
 
 
 class ServicesDriver:
@@ -65,5 +67,9 @@ class ServicesDriver:
         ops: list[Op] = [RunCommand(command=control_command(manager, action, item.name),
                                     description=f"{action} {item.name}") for action in actions]
         now = fact.detail or ("running" if fact.running else "not running")
+        undo = [INVERSE[action] for action in reversed(actions)]
+        restore = Restore(summary=f"{' and '.join(undo)} {item.name} (as before: {now})",
+                          ops=[RunCommand(command=control_command(manager, action, item.name),
+                                          description=f"{action} {item.name}") for action in undo])
         return Change(node=node, driver=self.name, resource=resource, action="update", phase=self.phase, ops=ops,
-                      summary=f"{' and '.join(actions)} {item.name} (now: {now})")
+                      summary=f"{' and '.join(actions)} {item.name} (now: {now})", restore=restore)

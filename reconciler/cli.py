@@ -253,6 +253,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
 def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     """`apply` with waves and gates (reconciler/rollout); prints the timeline and exits."""
     from reconciler.daemon.cli import timeline_lines
+    from reconciler.rollout.rollback_text import rollback_lines
     from reconciler.rollout.runner import MemoryJournal, RolloutRunner
 
     runner = RolloutRunner(run.ctx.loaded, old, run.transport, options, MemoryJournal(),
@@ -261,11 +262,8 @@ def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     click.echo(f"\nrollout {outcome.status}: {outcome.reason}")
     for line in timeline_lines(outcome.as_dict()):
         click.echo(f"  {line}")
-    rollback = outcome.rollback or {}
-    if rollback.get("nodes"):
-        click.echo(f"rolled back {rollback['nodes']}" + (f"; resumed {', '.join(rollback['resumed'])}"
-                                                         if rollback.get("resumed") else "")
-                   + (f"; {rollback['error']}" if rollback.get("error") else ""))
+    for line in rollback_lines(outcome.rollback or {}):
+        click.echo(line)
     for node, failures in sorted(outcome.failures.items()):
         for failure in failures:
             click.echo(f"FAILED {node}: {failure}", err=True)

@@ -27,6 +27,7 @@ import structlog
 from reconciler import hostlist
 from reconciler.daemon.config import NotificationsConfig, NotifyTarget
 from reconciler.model import parse_duration
+from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 if TYPE_CHECKING:
     import apprise  # imported when a Notifier is built: a daemon without notifications never loads it
@@ -36,6 +37,7 @@ READ_TIMEOUT = 5.0  # seconds (Apprise's `rto`), unless the URL gives its own
 QUEUE_SIZE = 100  # messages waiting to be sent; more are dropped (counted), the loop never waits
 THREAD_NAME = "reconciler-notify"
 MIN_FRAGMENT = 4  # shorter pieces of a URL (ports, "api") are not worth hiding and would hide everything
+MAX_RESTORE_LINES = 15  # per-node lines of a before-image restore a message carries
 FAILURE_EVENTS = {"rolled-back", "apply-failed", "source-unreachable", "invalid-commit"}
 _QUIET_LOGGERS = ("urllib3", "urllib3.connectionpool", "urllib3.connection", "urllib3.poolmanager",
                   "urllib3.util.retry", "urllib3.response", "requests", "requests.packages.urllib3")
@@ -318,9 +320,12 @@ def rollout_message(kind: str, data: dict[str, Any], cluster: str | None = None,
     failed = data.get("status") == "rollback-failed"
     to = _short(rollback.get("to") or data.get("previous"))
     where = f" in wave {data['failed_wave']}" if data.get("failed_wave") else ""
+    failure = (f"Gate {gate.get('gate', '?')} failed{where} on {gate.get('nodeset') or _fold(gate.get('nodes')) or '?'}"
+               f": {str(gate.get('message') or '')[:500]}")
+    if rollback.get("before_image"):
+        return _restored_message(commit, failure, rollback, _head(cluster, subject))
     body = _head(cluster, subject) + [
-        f"Gate {gate.get('gate', '?')} failed{where} on {gate.get('nodeset') or _fold(gate.get('nodes')) or '?'}: "
-        f"{str(gate.get('message') or '')[:500]}",
+        failure,
         f"Nodes put back on {to}: {_fold(rollback.get('nodes')) or '-'}",
         f"Drains resumed: {_fold(rollback.get('resumed')) or 'none'}",
     ]
@@ -328,6 +333,21 @@ def rollout_message(kind: str, data: dict[str, Any], cluster: str | None = None,
         body.append("Rollback errors: " + "; ".join(str(e) for e in rollback.get("errors") or [])[:500])
     body.append(f"The commit is not applied again: push a fix, or `reconciler rollout retry {commit}`.")
     title = f"reconciler: commit {commit} rollback FAILED" if failed else f"reconciler: commit {commit} rolled back"
+    return Message("rolled-back", title, "\n".join(body), commit)
+
+
+def _restored_message(commit: str, failure: str, rollback: dict[str, Any], head: list[str]) -> Message:
+    """A first commit's failed rollout: no commit to go back to, so the nodes got back the state found before the
+    apply (before-images); the message lists per node what was restored and what was not."""
+    lines = rollback_lines(rollback, why=FIRST_COMMIT)
+    body = head + [failure, restore_headline(rollback)] + lines[:MAX_RESTORE_LINES]
+    if len(lines) > MAX_RESTORE_LINES:
+        body.append(f"... and {len(lines) - MAX_RESTORE_LINES} more line(s): `reconciler rollout status`")
+    body.append(f"Drains resumed: {_fold(rollback.get('resumed')) or 'none'}")
+    body.append(f"The commit is not applied again: push a fix, or `reconciler rollout retry {commit}`.")
+    title = (f"reconciler: commit {commit} failed; restore to the state before it INCOMPLETE"
+             if rollback.get("not_restored") else f"reconciler: commit {commit} failed; nodes restored to the state "
+             "before it")
     return Message("rolled-back", title, "\n".join(body), commit)
 
 

@@ -1,12 +1,16 @@
 """Dangerous targets (issue 22): what can only brick a node is refused; what is legal but rarely meant is warned.
 
 Refused (errors at file:line): a mount over a system directory (`/`, `/etc`, `/usr`, `/var`, `/boot`, `/proc`,
-`/sys`, `/dev`, `/run`, the binary and library directories, `/root`), and a managed file or image under the
-kernel's virtual file systems (`/proc`, `/sys`, `/dev`), where a temp-file-and-rename write has no meaning.
+`/sys`, `/dev`, `/run`, the binary and library directories, `/root`), an NFS export of one (the same list), of a
+directory under a kernel file system or of one that decides who can log in (`/etc/pam.d`, `/root/.ssh`, ...),
+and a managed file or image under the kernel's virtual file systems (`/proc`, `/sys`, `/dev`), where a
+temp-file-and-rename write has no meaning.
 Warned (risk warnings, in `validate`, plans and PR comments): a mount over a directory that holds a file the
-desired state manages (the file would be written onto the mounted file system, or hidden by it), setuid or
-setgid modes, world-writable managed files, and files that can lock the reconciler or every user out (sshd,
-PAM, sudoers, passwd/shadow/group).
+desired state manages (the file would be written onto the mounted file system, or hidden by it), an export of a
+directory under `/etc`, `/boot` or `/root` (the node's configuration and secrets, to every client) or of one
+that holds managed files, `no_root_squash` to a host wildcard (`*.example.com`; wide networks and `*`:
+reconciler/risks.py), setuid or setgid modes, world-writable managed files, and files that can lock the
+reconciler or every user out (sshd, PAM, sudoers, passwd/shadow/group).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ VIRTUAL_FS = ("/proc", "/sys", "/dev")
 LOCKOUT_FILES = ("/etc/ssh/sshd_config", "/etc/sudoers", "/etc/passwd", "/etc/shadow", "/etc/group",
                  "/etc/gshadow", "/etc/nsswitch.conf", "/etc/hosts.allow", "/etc/hosts.deny")
 LOCKOUT_DIRS = ("/etc/pam.d", "/etc/ssh/sshd_config.d", "/etc/sudoers.d", "/root/.ssh")
+PRIVATE_DIRS = ("/etc", "/boot", "/root")  # an export below one is legal, but hands the node's config to clients
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -56,6 +61,16 @@ def refusals(state: DesiredState) -> Iterator[Problem]:
     for path, target in _managed_paths(state):
         if path[0] != "cluster" and (fs := _virtual(target)):
             yield path, f"{target} is under {fs}, a kernel file system: not a file to manage (refused)"
+    for index, export in enumerate(state.storage.exports):
+        where, name = ("storage", "exports", index, "path"), export.path
+        if name in SYSTEM_DIRS:
+            yield where, (f"an export of {name} hands a system directory of {export.server} to every NFS client "
+                          "(refused)")
+        elif fs := _virtual(name):
+            yield where, f"{name} is under {fs}, a kernel file system: not a directory to export (refused)"
+        elif lock := next((d for d in LOCKOUT_DIRS if _under(name, d)), None):
+            yield where, (f"an export of {name} hands {lock}, which decides who can log in to {export.server}, to "
+                          "NFS clients (refused)")
 
 
 def _mode_bits(mode: str | None) -> int:
@@ -75,6 +90,7 @@ def risks(state: DesiredState) -> Iterator[Problem]:
     modes: list[tuple[tuple[str | int, ...], str, str | None]] = [
         (("files", i, "mode"), f.path, f.mode) for i, f in enumerate(state.files)]
     modes += [(("patches", i, "mode"), p.path, p.mode) for i, p in enumerate(state.patches) if p.mode]
+    yield from _export_risks(state, managed)
     for path, target, mode in modes:
         bits = _mode_bits(mode)
         if bits & 0o6000:
@@ -86,3 +102,30 @@ def risks(state: DesiredState) -> Iterator[Problem]:
         if target in LOCKOUT_FILES or any(_under(target, d) for d in LOCKOUT_DIRS):
             yield key, (f"{target} decides who can log in or become root: a mistake here can lock out every user "
                          "and the reconciler itself (test it on one node first: rollout canary)")
+
+
+def wildcard_host(client: str) -> bool:
+    """True for an exports(5) host pattern with a wildcard (`*.example.com`, `gpu?`); not `*` alone, a network
+    or a netgroup (reconciler/values.py's is_wide_client judges those)."""
+    return not client.startswith("@") and "/" not in client and any(c in client for c in "*?") \
+        and client.strip("*?.") != ""
+
+
+def _export_risks(state: DesiredState, managed: list[tuple[tuple[str | int, ...], str]]) -> Iterator[Problem]:
+    """Exports that are legal but rarely meant: the node's configuration, managed files, root to a wildcard."""
+    for index, export in enumerate(state.storage.exports):
+        where, name = ("storage", "exports", index, "path"), export.path
+        private = next((d for d in PRIVATE_DIRS if _under(name, d)), None)
+        if private and name not in SYSTEM_DIRS:
+            yield where, (f"an export of {name} hands part of {private} on {export.server} (its configuration "
+                          "and secrets) to NFS clients")
+        inside = sorted({t for key, t in managed if key[0] != "images" and _under(t, name) and t != name})
+        if inside:
+            yield where, (f"an export of {name} holds managed file(s) {', '.join(inside[:3])}: NFS clients read "
+                          + ("and can change them" if "rw" in export.options else "them"))
+        if "no_root_squash" in export.options:
+            for j, client in enumerate(export.clients):
+                if wildcard_host(client):
+                    yield ("storage", "exports", index, "clients", j), (
+                        f"{name} is exported with no_root_squash to a host wildcard ({client}): root on any host "
+                        "whose name matches is root on the export")

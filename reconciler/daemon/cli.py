@@ -14,6 +14,7 @@ import click
 from reconciler.cli_support import exit_with_errors
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.loader import DesiredStateError
+from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 DEFAULT_CONFIG = "/etc/reconciler/config.yaml"
 
@@ -254,7 +255,10 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         out.append(f"last rollout:   {str(last.get('commit'))[:12]} {last.get('status')}: {last.get('reason')}")
         out += ["  " + line for line in timeline_lines(last)]
         rollback = last.get("rollback") or {}
-        if rollback.get("nodes"):
+        if rollback.get("before_image"):  # a first commit: no commit to name, only what was put back
+            out.append(f"  {restore_headline(rollback)}")
+            out += [f"    {line}" for line in rollback_lines(rollback, why=FIRST_COMMIT)]
+        elif rollback.get("nodes"):
             out.append(f"  rolled back {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}"
                        + (f"; resumed {', '.join(rollback['resumed'])}" if rollback.get("resumed") else ""))
     for commit, why in sorted((data.get("rolled_back") or {}).items(), key=lambda kv: -float(kv[1].get("at", 0))):
@@ -324,7 +328,9 @@ def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int
             for line in timeline_lines(rollouts[r.run_id]):
                 click.echo(f"{'':21}{line}")
             rollback = rollouts[r.run_id].get("rollback") or {}
-            if rollback.get("nodes"):
+            if rollback.get("before_image"):
+                click.echo(f"{'':21}{restore_headline(rollback)}")
+            elif rollback.get("nodes"):
                 click.echo(f"{'':21}rollback of {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}: "
                            f"{'ok' if rollback.get('ok') else 'FAILED'}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.daemon.store import JOURNAL_KEY, Store
+from reconciler.rollout.rollback_text import restore_headline
 from reconciler.rollout.runner import RolloutResult
 
 # How a rollout's status reads as a run outcome (runs table, metrics, history).
@@ -49,6 +50,14 @@ def rolled_back_record(result: RolloutResult) -> dict[str, Any]:
     """What `status` shows of a rolled-back commit (gate, nodes, reason, the drains resumed)."""
     gate = result.failed_gate or {}
     return {"wave": result.failed_wave, "gate": gate.get("gate"), "nodes": gate.get("nodeset") or "",
-            "message": gate.get("message"), "drained": gate.get("drained") or {},
+            "message": gate.get("message"), "drained": gate.get("drained") or {}, "failed": gate.get("failed") or [],
             "reverted": (result.rollback or {}).get("nodes"), "resumed": (result.rollback or {}).get("resumed", []),
-            "to": result.previous}
+            "to": result.previous, "status": result.status, **_restore_summary(result.rollback or {})}
+
+
+def _restore_summary(rollback: dict[str, Any]) -> dict[str, Any]:
+    """For a before-image restore (no earlier commit): its headline and the nodes with resources not restored."""
+    if not rollback.get("before_image"):
+        return {}
+    return {"before_image": True, "headline": restore_headline(rollback),
+            "not_restored": sorted(rollback.get("not_restored") or {})}

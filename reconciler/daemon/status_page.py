@@ -19,6 +19,7 @@ from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
 from reconciler.ha.role import HA_KEY
+from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 DRAINED_KEY = "drained_nodes"  # meta key: {"at": unix time, "nodes": [{"node", "state", "reason"}]}
 MAX_RUNS = 20
@@ -290,7 +291,10 @@ def _rollout_section(s: Snapshot) -> str:
                      f'<span class="muted">{_when(record.get("started"), s.generated)}</span></h3>'
                      f'<p>{_t(record.get("reason") or "")}</p>')
         rollback = record.get("rollback") or {}
-        if rollback.get("nodes"):
+        if rollback.get("before_image"):  # a first commit: the before-images, no commit to name
+            lines = [restore_headline(rollback)] + rollback_lines(rollback, why=FIRST_COMMIT)
+            parts.append(f'<pre class="restore">{_t(chr(10).join(lines))}</pre>')
+        elif rollback.get("nodes"):
             parts.append(f'<p>Rolled back <code>{_t(rollback["nodes"])}</code> to {_commit(rollback.get("to"))}'
                          f'; resumed: {_t(", ".join(rollback.get("resumed") or []) or "none")}</p>')
         rows = _timeline_rows(record)

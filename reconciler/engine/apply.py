@@ -12,6 +12,7 @@ from reconciler.backend.base import Transport
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
+from reconciler.engine.owed_ledger import OwedLedger
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.services import control_command
@@ -41,6 +42,8 @@ class ApplyResult:
     failures: dict[str, list[str]] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     stopped: str | None = None
+    failed: list[dict[str, str]] = field(default_factory=list)  # each failed change: what it was and its error
+    owed: list[str] = field(default_factory=list)  # follow-ups left undone, kept on a node for the next apply
 
     @property
     def ok(self) -> bool:
@@ -51,6 +54,12 @@ class ApplyResult:
         """Record a failure on a node."""
         self.failures.setdefault(node, []).append(message)
 
+    def fail_change(self, change: Change, message: str) -> None:
+        """Record the failure of CHANGE: the node's failure, and which resource failed (for a rollout's record)."""
+        self.fail(change.node, message)
+        self.failed.append({"node": change.node, "driver": change.driver, "resource": change.resource,
+                            "summary": change.summary, "error": message})
+
 
 class Applier:
     """Carries out a plan's operations over a transport."""
@@ -58,9 +67,24 @@ class Applier:
     def __init__(self, ctx: Context, transport: Transport, options: ApplyOptions, log: Log) -> None:
         self.ctx, self.transport, self.options, self.log = ctx, transport, options, log
         self.result = ApplyResult()
+        self.done: set[str] = set()  # keys of the follow-ups that ran
 
     def run(self, plan: Plan) -> ApplyResult:
-        """Apply every changing resource phase by phase; after each phase, the follow-ups it asked for."""
+        """Apply every changing resource phase by phase; after each phase, the follow-ups it asked for. The
+        follow-ups are recorded as owed on the nodes first and struck off once done (engine/owed_ledger.py)."""
+        ledger = OwedLedger(self.ctx, self.transport, plan.followups, self.options.fence, self.log)
+        if plan.followups:
+            ledger.record()
+        try:
+            self._phases(plan)
+        finally:
+            if ledger.nodes:
+                self.result.owed = ledger.settle(self.done, self.result.failures, self.result.stopped)
+                for line in self.result.owed:
+                    self.log(line)
+        return self.result
+
+    def _phases(self, plan: Plan) -> None:
         phases = sorted({c.phase for c in plan.changing()} | {f.phase for f in plan.followups})
         for phase in phases:
             if self.options.should_stop():
@@ -77,7 +101,6 @@ class Applier:
                 self.result.stopped = (f"stopped after phase {phase}: {len(self.result.failures)} node(s) failed "
                                        f"(max {self.options.max_fail_percent:.0f}%)")
                 break
-        return self.result
 
     def _too_many_failures(self) -> bool:
         total = max(1, len(self.ctx.targets()))
@@ -104,14 +127,14 @@ class Applier:
             outcomes = self._write_outcomes(result.stdout, len(writes)) if result.ok else None
             for index, (change, op) in enumerate(writes):
                 if outcomes is None:
-                    self.result.fail(change.node, f"{op.path}: {result.error or result.stderr.strip()[-300:]}")
+                    self.result.fail_change(change, f"{op.path}: {result.error or result.stderr.strip()[-300:]}")
                 elif not outcomes[index].get("ok"):
-                    self.result.fail(change.node, f"{op.path}: {outcomes[index].get('error')}")
+                    self.result.fail_change(change, f"{op.path}: {outcomes[index].get('error')}")
         for change in changes:
             if change.node in self.result.failures and any(isinstance(o, WriteFile) for o in change.ops):
                 continue
             for step in change.ops:
-                if isinstance(step, RunCommand) and not self._command(spec.name, change.node, step):
+                if isinstance(step, RunCommand) and not self._command(spec.name, change.node, step, change):
                     break
             else:
                 if change.node not in self.result.failures:
@@ -126,11 +149,15 @@ class Applier:
             return None
         return outcomes if isinstance(outcomes, list) and len(outcomes) == count else None
 
-    def _command(self, host: str, node: str, op: RunCommand) -> bool:
+    def _command(self, host: str, node: str, op: RunCommand, change: Change | None = None) -> bool:
         result = self.transport.run(self.ctx.specs[host], op.command)
         if not result.ok:
             detail = result.error or (result.stderr or result.stdout).strip()[-300:]
-            self.result.fail(node, f"{op.description or op.command}: {detail}")
+            message = f"{op.description or op.command}: {detail}"
+            if change is None:
+                self.result.fail(node, message)
+            else:
+                self.result.fail_change(change, message)
         return result.ok
 
     # ------------------------------------------------------------ follow-ups
@@ -181,6 +208,7 @@ class Applier:
                 self.result.fail(step.node, f"{label} on {step.node}: not ready after "
                                             f"{self.options.responding_timeout:.0f}s")
                 return False
+        self.done.add(step.key)
         return True
 
     def _rolling(self, step: FollowUp) -> None:

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from reconciler.backend.base import AgentTransport, CommandResult, Transport
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
+from reconciler.engine.owed import OWED_PATH
 from reconciler.facts import parsers
 from reconciler.facts.gather import AGENT_COMMAND, GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
@@ -21,6 +22,7 @@ def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactReq
     req = FactRequest()
     for driver in drivers:
         driver.request(ctx, node, req)
+    req.files.append(OWED_PATH)  # follow-ups an earlier apply left undone (reconciler/engine/owed.py)
     req.services = list(dict.fromkeys(req.services))
     if req.services:
         manager = ctx.specs[node].service_manager

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 from reconciler.engine import followups as followup_text
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op
+from reconciler.engine.undo import Restore
 from reconciler.values import visible
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
@@ -32,6 +33,8 @@ class Change(BaseModel):
     followups: list[FollowUp] = Field(default_factory=list, description="What must follow when this changes")
     scope: Literal["node", "cluster"] = Field(default="node", description="cluster: must be the same everywhere "
                                               "(goes out to every node in one gated wave); node: may go in waves")
+    restore: Restore | None = Field(default=None, exclude=True, description="Set by a driver whose ops are "
+                                    "commands: how to undo them (files: reconciler/engine/before_image.py)")
 
     @field_validator("summary", "diff")
     @classmethod
@@ -88,6 +91,8 @@ class Plan(BaseModel):
         changing = self.changing()
         text = (f"{len(changing)} change(s) on {len(self.nodes_changing())} node(s)" if changing
                 else "no changes")
+        if self.followups and not changing:  # owed by an earlier apply (reconciler/engine/owed.py)
+            text += f"; {len(self.followups)} follow-up step(s) to run"
         if self.unreachable:
             text += f"; {len(self.unreachable)} node(s) unreachable"
         if self.errors:

@@ -8,6 +8,7 @@ from typing import Literal
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, carried, merge
+from reconciler.engine.owed import owed_followups, read_owed
 from reconciler.engine.plan import Change, Plan
 from reconciler.risks import risk_warnings
 
@@ -30,9 +31,11 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
             for change in driver.plan(ctx, spec.name, facts):
                 change.scope = scope
                 plan.changes.append(change)
+    owed, unreadable = read_owed(ctx)
+    plan.changes += [c for c in unreadable if ctx.limit is None or c.node in ctx.limit]
     plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
     plan.warnings += [str(w) for w in risk_warnings(ctx.loaded)]
-    plan.followups = plan_followups(ctx, plan, drivers)
+    plan.followups = merge([*plan_followups(ctx, plan, drivers), *owed_followups(ctx, owed)])
     return plan
 
 

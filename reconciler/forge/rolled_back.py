@@ -35,10 +35,16 @@ def _md(text: object) -> str:
 
 def banner(commit: str, record: dict[str, Any]) -> str:
     """The rolled-back banner: gate, wave, nodes, why, what was put back, how to try again."""
-    lines = [BANNER_START, f"### :rewind: Rolled back: commit `{commit[:12]}` did not pass its rollout",
+    title = (f"### :warning: Rollback INCOMPLETE: commit `{commit[:12]}` did not pass its rollout"
+             if record.get("status") == "rollback-failed" else
+             f"### :rewind: Rolled back: commit `{commit[:12]}` did not pass its rollout")
+    lines = [BANNER_START, title,
              "", f"- **Gate**: {_md(record.get('gate') or '?')} (wave {_md(record.get('wave') or '?')})",
              f"- **Nodes**: `{_md(record.get('nodes') or '-')}`", f"- **Why**: {_md(record.get('message') or '')}"]
-    if record.get("reverted"):
+    if record.get("reverted") and record.get("before_image"):
+        lines.append(f"- **Restored**: {_md(record.get('headline') or '')}"
+                     + (f"; resumed `{_md(', '.join(record.get('resumed') or []))}`" if record.get("resumed") else ""))
+    elif record.get("reverted"):
         lines.append(f"- **Put back** on `{_md(record['reverted'])}` to `{str(record.get('to') or '-')[:12]}`"
                      + (f"; resumed `{_md(', '.join(record.get('resumed') or []))}`" if record.get("resumed") else ""))
     lines += ["", f"The daemon will not apply this commit again. A newer commit is tried as usual; "

@@ -36,12 +36,14 @@ class GateResult:
     drained: dict[str, str] = field(default_factory=dict)  # wave nodes Slurm drained during the gate: reason
     seconds: float = 0.0
     skipped: bool = False
+    failed: list[dict[str, str]] = field(default_factory=list)  # apply: each failed change (node, resource, error)
 
     def as_dict(self) -> dict[str, object]:
         """For the journal, the store and the status page."""
         return {"gate": self.gate, "ok": self.ok, "message": self.message, "nodes": self.nodes,
                 "nodeset": hostlist.compress(self.nodes) if self.nodes else "", "drained": self.drained,
-                "seconds": round(self.seconds, 2), "skipped": self.skipped}
+                "seconds": round(self.seconds, 2), "skipped": self.skipped,
+                **({"failed": self.failed} if self.failed else {})}
 
 
 def new_drains(before: SlurmView, after: SlurmView, nodes: Sequence[str]) -> dict[str, str]:
@@ -150,8 +152,9 @@ class Gates:
         failed = [r for r in outcome.results if not r.ok and not r.skipped]
         if not failed:
             return GateResult("nccl", True, f"{len(outcome.results)} NCCL result(s) passed")
-        return GateResult("nccl", False, f"NCCL check {failed[0].check} failed: {failed[0].message}",
-                          sorted({r.node for r in failed}))
+        bad = sorted({r.node for r in failed})
+        return GateResult("nccl", False, f"NCCL check {failed[0].check} failed on {hostlist.compress(bad)}: "
+                          f"{failed[0].message}", bad)
 
     def soak(self, nodes: list[str], before: SlurmView, seconds: float) -> GateResult:
         """Wait SECONDS; a wave node Slurm drained meanwhile for a prolog/epilog failure fails the wave."""

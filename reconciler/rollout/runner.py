@@ -4,8 +4,10 @@ The engine applies a desired state to a node set (`open_reconcile(..., limit=...
 and the order, runs the gates, and on a failed gate plans the *previous* desired state against every node the
 commit reached (the same drivers, with their consequences: reconfigure, restarts), applies it, then resumes the
 drains Slurm set because of the bad commit (Prolog/Epilog errors during the rollout) and the ones the reconciler
-set itself, never anyone else's. Every step is written to a journal first, so a killed process can finish or roll
-back what it was doing on its next start (`resume`).
+set itself, never anyone else's. With no previous state (`reconciler apply` without --previous, a first commit)
+the reached nodes get back the before-images the waves' plans read (reconciler/engine/restore.py) instead. Every
+step is written to a journal first, so a killed process can finish or roll back what it was doing on its next
+start (`resume`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from reconciler.backend.base import Transport
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.drivers.node_state import ours, resume_command
 from reconciler.engine.apply import ApplyOptions, ApplyResult
+from reconciler.engine.before_image import BeforeImage, capture
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
+from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.inventory import slurm_nodes
 from reconciler.loader import LoadedState
@@ -32,6 +36,7 @@ from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
 
 LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
+MAX_FAILED = 20  # failed changes an apply gate's record names (node, resource, what, error)
 Status = Literal["complete", "rolled-back", "rollback-failed", "failed", "stopped"]
 Log = Callable[[str], None]
 
@@ -210,7 +215,7 @@ class RolloutRunner:
                 problems = [f"{n}: {m}" for n, ms in sorted(applied.failures.items()) for m in ms]
                 failed = GateResult("apply", False, "; ".join(problems + ([applied.stopped] if applied.stopped
                                                                            else []))[:500],
-                                    sorted(applied.failures))
+                                    sorted(applied.failures), failed=applied.failed[:MAX_FAILED])
             if failed is None and wave.gated:
                 record.update(phase="gating")
                 self.journal.save(record)
@@ -256,6 +261,10 @@ class RolloutRunner:
         self.pending = []
         if not plan.has_changes:
             return ApplyResult()
+        if self.old is None and loaded is self.new:  # nothing to go back to but what these facts show
+            image = BeforeImage.model_validate(record.get("before_image") or {})
+            image.add(capture(run.ctx, plan))
+            record["before_image"] = image.model_dump(mode="json")
         record["pending_followups"] = [step.model_dump(mode="json") for step in plan.followups]
         self.journal.save(record)
         result = run.apply(plan, self.options, log=self.log)
@@ -277,11 +286,7 @@ class RolloutRunner:
         self.on_event("failed", result.as_dict())
         started = time.time()
         if self.old is None:
-            result.status = "failed"
-            result.rollback = {"ok": False, "nodes": hostlist.compress(reached),
-                               "error": "no last good commit to roll back to: the rollout stopped here"}
-            self.journal.clear()
-            return result
+            return self._restore(record, reached, before, gate, result, started)
         self.log(f"rollout: rolling back {hostlist.compress(reached)} to {str(self.old.commit)[:12]}")
         failpoint("rollback.before-apply")
         undone = self._apply(self.old, reached, record)
@@ -292,6 +297,34 @@ class RolloutRunner:
                            "changes": len(undone.applied), "resumed": resumed, "errors": errors,
                            "started": started, "ended": time.time()}
         result.status = "rolled-back" if not errors else "rollback-failed"
+        self.journal.clear()
+        self.on_event("rolled-back", result.as_dict())
+        return result
+
+    def _restore(self, record: dict[str, Any], reached: list[str], before: SlurmView, gate: dict[str, Any],
+                 result: RolloutResult, started: float) -> RolloutResult:
+        """No previous commit: put what the commit changed on REACHED back to the before-images its plans read
+        (reconciler/engine/restore.py), then resume the drains it caused; the record says what was restored."""
+        image = BeforeImage.model_validate(record.get("before_image") or {})
+        nodes = hostlist.compress(reached)
+        self.log(f"rollout: no previous commit: restoring {nodes} to the state the apply found")
+        failpoint("rollback.before-apply")
+        # A process killed from here on may have restored some resources: found as before after a restart, they
+        # are not said to be ones the change never reached.
+        again = bool(record.get("restoring"))
+        record["restoring"] = True
+        self.journal.save(record)
+        run = open_reconcile(self.new, limit=nodes, transport=self.transport)
+        run.gather()
+        report = restore(run.ctx, image, self.transport, self.options, self.log)
+        failpoint("rollback.after-apply")
+        resumed = self._resume_drains(reached, before, gate)
+        errors = [f"{n}: not restored: {m}" for n, ms in sorted(report.not_restored.items()) for m in ms]
+        result.rollback = {"ok": report.ok, "nodes": nodes, "to": None, "before_image": True, **report.as_dict(),
+                           "after_restart": again,
+                           "changes": sum(len(v) for v in report.restored.values()), "resumed": resumed,
+                           "errors": errors, "started": started, "ended": time.time()}
+        result.status = "rolled-back" if report.ok else "rollback-failed"
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
         return result

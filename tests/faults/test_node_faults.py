@@ -222,8 +222,6 @@ def test_munge_stopped_on_a_node(fbed: FaultBed, rng: random.Random, repeats: Ca
     _assert_clean(record)
 
 
-@pytest.mark.xfail(strict=True, reason="a failed `scontrol reconfigure` is not remembered: once the files are "
-                   "written the next plan is clean while slurmctld still runs the old configuration")
 def test_munge_stopped_on_the_controller_reconfigure_is_not_lost(fbed: FaultBed,
                                                                  tally: Callable[[str], FaultTally]) -> None:
     """munged stopped on ctl when a reconfigure is due: the reconfigure fails (reported); with munged back the

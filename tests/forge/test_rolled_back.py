@@ -35,6 +35,28 @@ def test_banner_names_gate_nodes_reason_and_how_to_retry_and_stays_one() -> None
     assert again.startswith(MARKER + "\n" + BANNER_START)
 
 
+def test_a_first_commit_restore_says_what_was_restored_never_to_a_commit() -> None:
+    """No earlier commit: the banner carries the restore's headline, never 'put back ... to -'; an incomplete
+    restore is not titled 'Rolled back'."""
+    from reconciler.daemon.rollouts import rolled_back_record
+    from reconciler.rollout.runner import RolloutResult
+    from reconciler.rollout.waves import WavePlan
+
+    rollback = {"ok": True, "nodes": "gpu01", "to": None, "before_image": True, "resumed": ["gpu01"],
+                "restored": {"gpu01": ["/etc/slurm/prolog.sh back to its 17 bytes before the apply"]},
+                "unchanged": {}, "not_restored": {}}
+    result = RolloutResult("rolled-back", COMMIT, None, WavePlan([], [], 0, "progressive"), failed_wave=1,
+                           failed_gate={"gate": "smoke-job", "nodeset": "gpu01", "message": "Prolog error"},
+                           rollback=rollback)
+    note = banner(COMMIT, rolled_back_record(result))
+    assert "restored gpu01 to the state found before the apply" in note and "to `-`" not in note
+    assert "Put back" not in note and ":rewind: Rolled back" in note
+    incomplete = {**rollback, "ok": False, "not_restored": {"gpu02": ["secret file /etc/x: no copy kept"]}}
+    result.status, result.rollback = "rollback-failed", incomplete
+    note = banner(COMMIT, rolled_back_record(result))
+    assert "Rollback INCOMPLETE" in note and "Rolled back:" not in note and "INCOMPLETE: 1 resource(s)" in note
+
+
 def test_hostile_text_cannot_break_out_of_the_banner() -> None:
     note = banner(COMMIT, {**RECORD, "message": "x`<img src=x onerror=alert(1)>`\n# heading", "nodes": "a`b"})
     assert "<img" not in note and "`b`" not in note and "\n# heading" not in note

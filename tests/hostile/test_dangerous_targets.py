@@ -15,7 +15,7 @@ from reconciler.engine.planner import make_plan
 from reconciler.loader import DesiredStateError, load_dir
 from reconciler.prs import PrPlan, render_pr_comment
 from reconciler.risks import risk_warnings
-from reconciler.targets import SYSTEM_DIRS, VIRTUAL_FS
+from reconciler.targets import SYSTEM_DIRS, VIRTUAL_FS, wildcard_host
 from tests.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,3 +102,73 @@ def test_ordinary_targets_stay_quiet(tmp_path: Path) -> None:
     root = _copy(tmp_path)
     warnings = [str(w) for w in risk_warnings(load_dir(root))]
     assert not [w for w in warnings if "mount over" in w or "setuid" in w or "lock out" in w], warnings
+
+
+EXPORTS = "  exports:\n"
+
+
+def _export(root: Path, path: str, clients: str = "[10.0.0.0/24]", options: str = "[rw, sync]") -> int:
+    """Add an export of PATH on nfs01 as the first one; the line of its `path:` key."""
+    target = root / "storage.yaml"
+    text = target.read_text()
+    assert text.count(EXPORTS) == 1
+    entry = f"    - server: nfs01\n      path: {path}\n      clients: {clients}\n      options: {options}\n"
+    target.write_text(text.replace(EXPORTS, EXPORTS + entry))
+    return text.splitlines().index(EXPORTS.rstrip("\n")) + 3
+
+
+@pytest.mark.parametrize("path", [*sorted(SYSTEM_DIRS), "/proc/fs/nfsd", "/sys/kernel", "/dev/shm",
+                                  "/root/.ssh", "/etc/pam.d/sub", "/etc/sudoers.d"])
+def test_export_of_a_system_directory_is_refused(tmp_path: Path, path: str) -> None:
+    """exports: the mounts' list of system directories, the kernel file systems and the login directories: an
+    error at the export's path line, and the state does not load."""
+    root = _copy(tmp_path)
+    line = _export(root, path)
+    with pytest.raises(DesiredStateError) as caught:
+        load_dir(root)
+    hits = [e for e in caught.value.errors if "(refused)" in e.message and path in e.message]
+    assert hits, [str(e) for e in caught.value.errors]
+    assert str(hits[0].location).startswith(f"storage.yaml:{line}:"), str(hits[0])
+    assert hits[0].path == ("storage", "exports", 0, "path")
+
+
+def test_risky_exports_warn_at_their_lines_and_reach_the_pr_comment(tmp_path: Path) -> None:
+    """An export under /etc holding managed files, and no_root_squash to a host wildcard or a wide network: loaded,
+    with warnings at file:line that the plan and the PR comment carry."""
+    root = _copy(tmp_path)
+    _export(root, "/srv/wide", clients="['*.example.com', 10.0.0.0/8]", options="[rw, no_root_squash]")
+    line = _export(root, "/etc/slurm")
+    loaded = load_dir(root)
+    warnings = [str(w) for w in risk_warnings(loaded)]
+    assert any(w.startswith(f"storage.yaml:{line}:") and "part of /etc" in w for w in warnings), warnings
+    assert any(w.startswith(f"storage.yaml:{line}:") and "holds managed file(s) /etc/slurm/" in w
+               and "can change them" in w for w in warnings), warnings
+    clients = line + 5  # the second export's `clients:` line (the first export takes four lines)
+    assert any(w.startswith(f"storage.yaml:{clients}:") and "host wildcard (*.example.com)" in w
+               for w in warnings), warnings
+    assert any(w.startswith(f"storage.yaml:{clients}:") and "wide network (10.0.0.0/8)" in w
+               for w in warnings), warnings
+    ctx = Context(loaded=loaded, source="test")
+    ctx.facts = converged_facts(ctx)
+    plan = make_plan(ctx, all_drivers())
+    comment = render_pr_comment(PrPlan(number=1, head_sha="a" * 40, head_ref="r", subdir="", status="ok",
+                                       main_plan=plan, plan=plan))
+    warned = comment.split("**Warnings**", 1)[1]
+    assert "part of /etc" in warned and "*.example.com" in warned and "holds managed file(s)" in warned, comment
+
+
+def test_ordinary_exports_stay_quiet(tmp_path: Path) -> None:
+    """The example's exports (/export/home with no_root_squash to one /24) and a host pattern without
+    no_root_squash: no export warning."""
+    root = _copy(tmp_path)
+    _export(root, "/srv/data", clients="['gpu*', '*.example.com']")
+    warnings = [str(w) for w in risk_warnings(load_dir(root))]
+    assert not [w for w in warnings if "an export of" in w or "no_root_squash" in w], warnings
+
+
+@pytest.mark.parametrize(("client", "wildcard"), [("*.example.com", True), ("gpu??", True), ("dgx*", True),
+                                                  ("*", False), ("10.0.0.0/8", False), ("@gpus", False),
+                                                  ("login01", False)])
+def test_wildcard_host_is_a_pattern_of_names_only(client: str, wildcard: bool) -> None:
+    """`*` alone and networks are judged as wide networks, netgroups are not patterns: only host patterns count."""
+    assert wildcard_host(client) is wildcard

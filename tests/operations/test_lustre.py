@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.drivers import all_drivers
+from reconciler.drivers.mountpoints import make_command
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.planner import make_plan
@@ -103,5 +104,5 @@ def test_missing_lustre_mount_planned_and_tcp0_reads_back_as_tcp(tmp_path: Path)
                                                           fstype="lustre", options=["rw", "flock"]))
     changes = make_plan(ctx, all_drivers()).changing()
     assert [(c.node, c.resource) for c in changes] == [("dgx03", "mount /mnt/lustre")]
-    assert changes[0].ops == [RunCommand(command="mkdir -p /mnt/lustre && mount /mnt/lustre",
-                                         description="mount /mnt/lustre")]
+    assert changes[0].ops == [RunCommand(command=f"{make_command('/mnt/lustre')} && mount /mnt/lustre",
+                                         description="mount 10.0.0.5@tcp0:/lustrefs on /mnt/lustre")]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.drivers import all_drivers
+from reconciler.drivers.mountpoints import make_command
 from reconciler.drivers.patches import PatchError, apply_edit
 from reconciler.drivers.slurm_consequences import slurm_conf_consequence
 from reconciler.engine.context import Context
@@ -138,7 +139,8 @@ def test_missing_mount_is_mounted(ctx: Context) -> None:
     ctx.facts.nodes["dgx02"].mounts = [m for m in ctx.facts.nodes["dgx02"].mounts if m.mountpoint != "/shared"]
     changes = [c for c in make_plan(ctx, all_drivers()).changing() if c.node == "dgx02"]
     assert [c.resource for c in changes] == ["mount /shared"]
-    assert changes[0].ops == [RunCommand(command="mkdir -p /shared && mount /shared", description="mount /shared")]
+    assert changes[0].ops == [RunCommand(command=f"{make_command('/shared')} && mount /shared",
+                                         description="mount nfs01:/export/shared on /shared")]
 
 
 def test_exports_change_is_validated_by_exportfs(ctx: Context) -> None:
