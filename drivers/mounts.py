@@ -68,6 +68,7 @@ class MountsDriver:
         changes = [block_change(self.name, node, FSTAB, fact, fstab_block(ctx.state.storage, node),
                                 phase=self.phase)]
         wanted = self._mounts(ctx, node)
+        ours = mountpoints.created(ctx, node)
         for mount in wanted:
             resource = f"mount {mount.mountpoint}"
             if mounted(facts.mounts, mount):
@@ -81,12 +82,9 @@ class MountsDriver:
                 summary=what,
                 ops=[RunCommand(command=f"{mountpoints.make_command(mount.mountpoint)} && mount {mp}",
                                 description=what)],
-                restore=Restore(summary=f"unmounted {mount.mountpoint} (not mounted before)",
-                                check=f"! mountpoint -q {mp}",
-                                ops=[RunCommand(command=f"umount {mp}", description=f"umount {mount.mountpoint}")]),
+                restore=_unmount_restore(mount.mountpoint, created_now=mount.mountpoint not in ours),
             ))
         wanted_points = {m.mountpoint for m in wanted}
-        ours = mountpoints.created(ctx, node)
         for source, point in _old_mountpoints(fact.content if fact else None):
             if point in wanted_points:
                 continue
@@ -106,3 +104,19 @@ class MountsDriver:
                 ))
         changes += mountpoints.removals(node, ours, wanted_points, self.name, self.phase + 1)
         return changes
+
+
+def _unmount_restore(point: str, created_now: bool, record: str = mountpoints.RECORD) -> Restore:
+    """The before-image of a mount that was not there: unmounted, and when the apply created its directory (it
+    was not ours before and the record names it now), that directory removed if empty."""
+    mp, rec = shlex.quote(point), shlex.quote(record)
+    if not created_now:
+        return Restore(summary=f"unmounted {point} (not mounted before)", check=f"! mountpoint -q {mp}",
+                       ops=[RunCommand(command=f"umount {mp}", description=f"umount {point}")])
+    recorded = f"grep -qxF -- {mp} {rec} 2>/dev/null"
+    return Restore(
+        summary=f"unmounted {point} (not mounted before); its directory, created by the apply, removed if empty",
+        check=f"! mountpoint -q {mp} && ! {recorded}",
+        ops=[RunCommand(command=f"{{ ! mountpoint -q {mp} || umount {mp}; }} && "
+                                f"{{ ! {recorded} || {{ {mountpoints.remove_command(point, record)}; }}; }}",
+                        description=f"umount {point}, remove the mount point the apply created")])

@@ -125,3 +125,31 @@ def test_the_mount_command_names_the_mount_and_records_a_directory_it_makes() ->
     assert isinstance(op, RunCommand)
     assert op.description == "mount nfs01:/export/home on /home"
     assert mountpoints.RECORD in op.command and op.command.endswith("&& mount /home")
+
+
+def test_the_before_image_restore_of_a_failed_mount_removes_only_the_directory_the_apply_made(tmp_path: Path) -> None:
+    """No earlier commit (one-shot apply): restoring a mount that never came up removes the empty mount point the
+    apply created; a directory that existed before, or that now holds something, stays; the restore's check then
+    says 'already as before', so a second restore does nothing."""
+    from reconciler.drivers.mounts import _unmount_restore
+
+    record = tmp_path / "created"
+    made, full, before = tmp_path / "made", tmp_path / "full", tmp_path / "before"
+    before.mkdir()
+    for path in (made, full, before):  # the apply's mount step: `make_command && mount` (the mount failed)
+        assert sh(mountpoints.make_command(str(path), str(record))).returncode == 0
+    (full / "notes").write_text("kept\n")
+    for path, created_now in ((made, True), (full, True), (before, False)):
+        restore = _unmount_restore(str(path), created_now=created_now, record=str(record))
+        assert restore.check is not None
+        if not created_now:
+            assert sh(restore.check).returncode == 0  # not mounted, not ours: nothing to restore
+            continue
+        assert sh(restore.check).returncode != 0  # still recorded: the restore has work to do
+        for op in restore.ops:
+            assert isinstance(op, RunCommand)
+            result = sh(op.command)
+            assert result.returncode == 0, result.stderr
+        assert sh(restore.check).returncode == 0  # as before now: a second restore is a no-op
+    assert not made.exists() and (full / "notes").read_text() == "kept\n" and before.is_dir()
+    assert record.read_text().split() == []
