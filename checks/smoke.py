@@ -28,6 +28,9 @@ MARK = "reconciler-smoke"
 KILL_AFTER = 10
 _LINE = re.compile(rf"^{MARK} (OK|FAIL) (\S+)(?:: (.*))?$")
 _RC = re.compile(rf"^{MARK}-rc (\w+) (\d+)$")
+# The container step says this from inside the started container (Slurm sets SLURMD_NODENAME in every task). Its
+# word, not srun's status, is the proof: srun 22.05 exits 0 when a SPANK plugin (Pyxis) fails every task's launch.
+_STARTED = re.compile(rf"^{MARK}-container OK (\S+)$")
 
 
 @dataclass
@@ -78,7 +81,7 @@ def srun_words(spec: SmokeSpec, nodes: Sequence[str], *, image: str | None = Non
     if spec.partition:
         words.append(f"--partition={spec.partition}")
     if image:
-        return words + [f"--container-image={image}", "true"]
+        return words + [f"--container-image={image}", "sh", "-c", f'echo "{MARK}-container OK $SLURMD_NODENAME"']
     return words + ["sh", "-c", step_script(spec.mounts)]
 
 
@@ -172,6 +175,9 @@ def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, sp
         failed.update({n: f"Slurm did not answer after the job: {after.error}" for n in nodes if n not in failed})
     for node, why in unsettled_nodes(settled.jobs, nodes).items():
         failed.setdefault(node, f"{why} after {spec.timeout:.0f} s")
+    if ran.error is None and spec.container_image and "container" in rcs:
+        for node, why in container_failures(output, spec.container_image, nodes).items():
+            failed.setdefault(node, why)
     if ran.error is not None:
         failed.update({n: f"not run: {ran.error}" for n in nodes if n not in failed})
     elif rcs.get("step", 1) != 0 or any(rc != 0 for rc in rcs.values()):
@@ -186,6 +192,21 @@ def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, sp
     first = sorted(failed)[0]
     return SmokeResult(False, f"smoke job failed on {hostlist.compress(sorted(failed))}: {failed[first]}{note}",
                        failed, drained, skipped, seconds, output)
+
+
+def container_failures(output: str, image: str, nodes: Sequence[str]) -> dict[str, str]:
+    """Nodes where the container step did not start IMAGE, each with the image and the error Pyxis/enroot gave."""
+    tail = output.split(f"{MARK}-rc step", 1)[-1]  # the container srun's own output comes after the plain step's
+    started = {hit.group(1) for line in tail.splitlines() if (hit := _STARTED.match(line.strip()))}
+    errors = [line.strip() for line in tail.splitlines() if "[ERROR]" in line]
+    out = {}
+    for node in nodes:
+        if node in started:
+            continue
+        mine = [e for e in errors if re.search(rf"\b{re.escape(node)}\b", e.split("[ERROR]", 1)[0])] or errors
+        detail = ("[ERROR]" + mine[-1].split("[ERROR]", 1)[1]) if mine else _last_error(tail)
+        out[node] = f"container image {image} did not start" + (f": {detail[:200]}" if detail else "")
+    return out
 
 
 def _last_error(output: str) -> str:

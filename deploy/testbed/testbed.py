@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE))
 
 import desired_state  # noqa: E402  (sibling modules, path set above)
 import node_init  # noqa: E402
+import pyxis_standin  # noqa: E402
 
 BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
 DEFAULT_NAME = "testbed"
@@ -50,7 +51,8 @@ NODE_PYLIB = node_init.NODE_PYLIB
 DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client",
                    "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
                    "python3-clustershell",  # ClusterShell for the nodes' python3: testbed nodes as gateways
-                   "slurmdbd", "mariadb-server"]  # `up --accounting`: slurmdbd and its MariaDB on ctl
+                   "slurmdbd", "mariadb-server",  # `up --accounting`: slurmdbd and its MariaDB on ctl
+                   "gcc", "libc6-dev", "libslurm-dev"]  # `up` compiles the Pyxis stand-in (pyxis_standin.py)
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -667,13 +669,15 @@ exit 0
 
 
 def install_standins(upper: Path) -> None:
-    """Put the testbed-only mount.nfs, mount.lustre, enroot and all_reduce_perf stand-ins into a node."""
+    """Put the testbed-only mount.nfs, mount.lustre, enroot, all_reduce_perf and Pyxis stand-ins into a node."""
     put(upper, "usr/sbin/mount.nfs", (HERE / "standins" / "mount.nfs").read_bytes(), 0o755)
     put(upper, "usr/sbin/mount.lustre", (HERE / "standins" / "mount.lustre").read_bytes(), 0o755)
     put(upper, "usr/bin/enroot", (HERE / "standins" / "enroot").read_bytes(), 0o755)
     put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
+    for rel, (data, mode) in pyxis_standin.files(BASE / "cache").items():
+        put(upper, rel, data, mode)
 
 
 def install_gpu_standins(upper: Path) -> None:

@@ -243,7 +243,8 @@ def test_sigkill_during_a_rollback_is_finished_on_the_next_start(rbed: RolloutBe
     else:  # killed before anything was undone: the canary still has the bad script
         assert rbed.exec("gpu01", f"cat {PROLOG}").strip().endswith("exit 1")
     running.kill()
-    assert journal(state_dir) is not None and journal(state_dir)["phase"] == "rolling-back"
+    entry = journal(state_dir)
+    assert entry is not None and entry["phase"] == "rolling-back"
 
     restarted = rbed.daemon(state_dir=state_dir)
     record = rolled_back(restarted, bad)

@@ -6,7 +6,15 @@ import shlex
 import subprocess
 
 from reconciler.checks.slurm_view import SlurmView
-from reconciler.checks.smoke import SmokeSpec, launch_script, parse_output, runnable, srun_words, step_script
+from reconciler.checks.smoke import (
+    SmokeSpec,
+    container_failures,
+    launch_script,
+    parse_output,
+    runnable,
+    srun_words,
+    step_script,
+)
 from reconciler.facts.models import SlurmNodeFact
 
 
@@ -24,7 +32,9 @@ def test_srun_runs_on_exactly_the_nodes_in_the_reservation() -> None:
     assert "--ntasks-per-node=1" in words and "--partition=batch" in words and "--time=2" in words
     assert words[-3:-1] == ["sh", "-c"]
     image = srun_words(spec, ["gpu01"], image="docker://alpine")
-    assert image[-2:] == ["--container-image=docker://alpine", "true"]
+    assert image[-4:-1] == ["--container-image=docker://alpine", "sh", "-c"]
+    assert image[-1] == 'echo "reconciler-smoke-container OK $SLURMD_NODENAME"'
+
 
 
 def test_launch_script_has_a_container_line_only_with_an_image() -> None:
@@ -61,3 +71,32 @@ def test_runnable_skips_drained_down_and_full_nodes() -> None:
     assert skipped["gpu03"] == "fully allocated by running jobs"
     assert skipped["gpu04"].startswith("drained") and skipped["gpu05"].startswith("not responding")
     assert skipped["ctl"] == "not a Slurm node"
+
+
+# What srun 22.05 printed on the testbed for `--container-image=/tmp/nope.sqsh` through the Pyxis stand-in (its
+# messages are Pyxis' own words): every task's launch failed, and srun exited 0 all the same.
+SRUN_CONTAINER_FAILED = """reconciler-smoke OK gpu01
+reconciler-smoke OK gpu02
+reconciler-smoke-rc step 0
+slurmstepd-gpu02: error: pyxis: child failed with error code: 1
+slurmstepd-gpu02: error: pyxis: printing enroot log file:
+slurmstepd-gpu02: error: pyxis:     [ERROR] No such file or directory: /tmp/nope.sqsh
+slurmstepd-gpu02: error: pyxis: couldn't start container
+slurmstepd-gpu02: error: spank: required plugin pyxis-standin.so: user_init() failed with rc=-1
+slurmstepd-gpu02: error: spank_user failed.
+srun: error: task 1 launch failed: Slurmd could not execve job
+reconciler-smoke-container OK gpu01
+reconciler-smoke-rc container 0
+"""
+
+
+def test_a_container_that_did_not_start_is_named_with_the_image_despite_srun_exiting_0() -> None:
+    failed = container_failures(SRUN_CONTAINER_FAILED, "/tmp/nope.sqsh", ["gpu01", "gpu02"])
+    assert failed == {"gpu02": "container image /tmp/nope.sqsh did not start: "
+                                "[ERROR] No such file or directory: /tmp/nope.sqsh"}
+    quiet = SRUN_CONTAINER_FAILED.replace("reconciler-smoke-container OK gpu01\n", "")
+    no_word = container_failures(quiet.replace("[ERROR]", "error:"), "img", ["gpu01"])
+    assert no_word["gpu01"].startswith("container image img did not start: srun: error: task 1 launch failed")
+    # The plain step's own errors (before its rc line) are not the container's.
+    assert container_failures("srun: error: x\nreconciler-smoke-rc step 1\n", "img", ["a"]) == \
+        {"a": "container image img did not start"}
