@@ -107,6 +107,8 @@ class FaultBed:
         for node in nodes:
             if node in self.jobs and self.job_running(node):
                 continue
+            if node in self.jobs:  # requeued by a reboot, or lost with slurmctld's state: not ours to keep waiting on
+                self.exec("ctl", f"scancel --state=PENDING {self.jobs.pop(node)}")  # never a running job
             out = self.exec("ctl", f"sbatch -w {node} -N1 -o /dev/null --wrap 'sleep 3000' --parsable", check=True)
             self.jobs[node] = out.stdout.strip().split(";")[0]
         deadline = time.monotonic() + 60

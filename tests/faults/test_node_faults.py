@@ -222,30 +222,35 @@ def test_munge_stopped_on_a_node(fbed: FaultBed, rng: random.Random, repeats: Ca
     _assert_clean(record)
 
 
-def test_munge_stopped_on_the_controller_reconfigure_is_not_lost(fbed: FaultBed,
+def test_munge_stopped_on_the_controller_reconfigure_is_not_lost(fbed: FaultBed, repeats: Callable[[int, int], int],
                                                                  tally: Callable[[str], FaultTally]) -> None:
     """munged stopped on ctl when a reconfigure is due: the reconfigure fails (reported); with munged back the
-    next apply must run it, so that slurmctld runs the new MaxTime."""
+    next apply must run it (the step is owed on the node), so that slurmctld runs the new MaxTime."""
     record = tally("munge stopped on the controller when a reconfigure is due")
-    old, new = fbed.version, fbed.bump(edit_cluster=True)
-    fbed.exec("ctl", "supervisorctl stop munge", check=True)
-    try:
-        done = fbed.cli("apply", str(fbed.desired), "--yes")
-        reported = done.returncode != 0 and "scontrol reconfigure" in done.stdout
-        torn = fbed.torn({old, new})
-    finally:
-        fbed.exec("ctl", "supervisorctl start munge", check=True)
-    ended = time.monotonic()
-    assert wait_until(lambda: fbed.exec("ctl", "scontrol ping").returncode == 0, 60)
-    converged = fbed.converge()
-    seconds = None if converged is None else time.monotonic() - ended
-    live = f"MaxTime=04:{new % 60:02d}:00" in fbed.exec("ctl", "scontrol show partition batch").stdout
-    fbed.exec("ctl", "scontrol reconfigure")  # whatever the outcome, leave slurmctld on the file for what follows
-    record.injection(recovered=reported and converged is not None and live, converge_s=seconds if live else None,
-                     torn_files=torn + fbed.torn({new}), jobs_killed=fbed.killed(COMPUTES),
-                     note="reconfigure lost: plan clean, slurmctld on the old MaxTime" if not live else "")
-    assert reported, done.stdout[-2000:]
-    assert live, "slurmctld still runs the old configuration after a clean plan"
+    for _ in range(repeats(1, 10)):
+        fbed.start_sentinels(COMPUTES)
+        running = [n for n in COMPUTES if fbed.job_running(n)]  # a job still pending is not counted
+        old, new = fbed.version, fbed.bump(edit_cluster=True)
+        fbed.exec("ctl", "supervisorctl stop munge", check=True)
+        try:
+            done = fbed.cli("apply", str(fbed.desired), "--yes")
+            reported = done.returncode != 0 and "scontrol reconfigure" in done.stdout
+            torn = fbed.torn({old, new})
+        finally:
+            fbed.exec("ctl", "supervisorctl start munge", check=True)
+        ended = time.monotonic()
+        assert wait_until(lambda: fbed.exec("ctl", "scontrol ping").returncode == 0, 60)
+        converged = fbed.converge()
+        seconds = None if converged is None else time.monotonic() - ended
+        live = f"MaxTime=04:{new % 60:02d}:00" in fbed.exec("ctl", "scontrol show partition batch").stdout
+        fbed.exec("ctl", "scontrol reconfigure")  # whatever the outcome, leave slurmctld on the file for what follows
+        record.injection(recovered=reported and converged is not None and live,
+                         converge_s=seconds if live else None, torn_files=torn + fbed.torn({new}),
+                         jobs_killed=fbed.killed(running),
+                         note="reconfigure lost: plan clean, slurmctld on the old MaxTime" if not live else "")
+        assert reported, done.stdout[-2000:]
+        assert live, "slurmctld still runs the old configuration after a clean plan"
+        assert fbed.killed(running) == 0, "a sentinel job was killed"
 
 
 def test_node_rebooted_while_facts_are_gathered(fbed: FaultBed, rng: random.Random,
