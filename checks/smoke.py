@@ -182,7 +182,10 @@ def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, sp
         failed.update({n: f"not run: {ran.error}" for n in nodes if n not in failed})
     elif rcs.get("step", 1) != 0 or any(rc != 0 for rc in rcs.values()):
         why = _last_error(output) or f"srun exited {rcs}"
-        failed.update({n: why for n in nodes if n not in failed and n not in passed})
+        # A node Slurm drained (a failed prolog) aborts the whole step: the others' tasks are then Terminated or
+        # Killed by srun, not failed on their own, and are not blamed (the wave fails by the drained node anyway).
+        collateral = _aborted_tasks(output) if drained else set()
+        failed.update({n: why for n in nodes if n not in failed and n not in passed and n not in collateral})
         if not failed:  # every node said OK but srun failed anyway (a container start, the epilog): all of them
             failed = {n: why for n in nodes}
     seconds = time.monotonic() - started
@@ -207,6 +210,14 @@ def container_failures(output: str, image: str, nodes: Sequence[str]) -> dict[st
         detail = ("[ERROR]" + mine[-1].split("[ERROR]", 1)[1]) if mine else _last_error(tail)
         out[node] = f"container image {image} did not start" + (f": {detail[:200]}" if detail else "")
     return out
+
+
+_ABORTED = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (?:Terminated|Killed)$")
+
+
+def _aborted_tasks(output: str) -> set[str]:
+    """Nodes whose task srun reports Terminated or Killed (a step aborted for another node's sake)."""
+    return {hit.group(1) for line in output.splitlines() if (hit := _ABORTED.match(line.strip()))}
 
 
 def _last_error(output: str) -> str:

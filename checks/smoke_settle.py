@@ -56,8 +56,10 @@ def jobs_command(job_name: str, reservation: str) -> str:
 
 
 def settle_command(job_name: str, reservation: str) -> str:
-    """One command on the controller: Slurm's view and our jobs still in squeue."""
-    return VIEW_COMMAND + script([("ours", jobs_command(job_name, reservation))])
+    """One command on the controller: our jobs still in squeue, then Slurm's view. In that order: a job seen
+    gone by squeue has had its epilog drains recorded before the view is read (the other way round, the view
+    could be read while a node was still COMPLETING, and squeue a moment later find the job gone)."""
+    return script([("ours", jobs_command(job_name, reservation))]) + VIEW_COMMAND
 
 
 def parse_settle(output: str) -> tuple[SlurmView, list[str] | None]:

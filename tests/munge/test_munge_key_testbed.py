@@ -174,7 +174,10 @@ def test_munge_key_rotation(bed: Testbed, tmp_path: Path) -> None:
         bed.run("gpu02", "mv /usr/sbin/munged.off /usr/sbin/munged", check=True)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "gpu02" in broken.stdout and "restart munge" in broken.stdout
-    assert "gpu02: restart slurmd" not in broken.stdout and "gpu01: restart slurmd" in broken.stdout
+    steps = [line.strip() for line in broken.stdout.splitlines()]
+    assert "gpu02: restart slurmd" not in steps and "gpu01: restart slurmd" in steps, broken.stdout
+    # not run, and not forgotten either: owed on the node for the next apply (README "Owed follow-ups")
+    assert any(s.startswith("gpu02: restart slurmd is owed") for s in steps), broken.stdout
     assert bed.host_pids("gpu02", "slurmd") == slurmd_before["gpu02"]
     assert bed.host_pids("gpu01", "slurmd") != slurmd_before["gpu01"]
     fixed = cli("apply", str(desired), "--yes")
