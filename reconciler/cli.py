@@ -207,13 +207,17 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
 @click.option("--previous", default=None, type=click.Path(file_okay=False, exists=True),
               help="The desired state the cluster had before (e.g. a checkout of the last applied commit): "
                    "a failed gate rolls the waves back to it. Without it a failed gate stops the rollout.")
+@click.option("--allow", "allow", multiple=True, type=click.Choice(["reboot", "driver-reload"]),
+              help="Also apply the changes that need this (a package or kernel change that takes effect only "
+                   "after a reboot or a driver reload). Without it they are held: shown, not applied. The reboot "
+                   "or reload itself is not done.")
 @AGE_IDENTITY
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
           max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None,
-          age_identity: str | None) -> None:
+          allow: tuple[str, ...], age_identity: str | None) -> None:
     """Show the plan, ask, then apply it, wave by wave as the desired state's `rollout:` says (each wave gated;
     a failed gate rolls back to --previous). Exit 0 when everything applied, 1 on any failure, rollback or
-    unreachable node (the reachable nodes are still applied)."""
+    unreachable node (the reachable nodes are still applied), 2 when changes were held (see --allow)."""
     from reconciler.engine.apply import ApplyOptions
     from reconciler.engine.report import render_text
     from reconciler.rollout.runner import annotate
@@ -235,7 +239,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
             click.echo("Nothing applied.")
             sys.exit(1)
         options = ApplyOptions(max_unavailable=max_unavailable, max_fail_percent=max_fail_percent,
-                               drain_timeout=drain_timeout)
+                               drain_timeout=drain_timeout, allow=frozenset(allow))
         if len(waves.waves) > 1 or any(w.gated for w in waves.waves):
             _apply_in_waves(run, result, old, options)  # exits
         outcome = run.apply(result, options, log=lambda line: click.echo(f"  {line}"))
@@ -247,7 +251,22 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
             click.echo(f"FAILED {node}: {failure}", err=True)
     if outcome.stopped:
         click.echo(f"STOPPED: {outcome.stopped}", err=True)
-    sys.exit(0 if outcome.ok and not result.errors and not result.unreachable else 1)
+    _report_held(outcome.held)
+    if not (outcome.ok and not result.errors and not result.unreachable):
+        sys.exit(1)
+    sys.exit(2 if outcome.held else 0)
+
+
+def _report_held(held: list[Any]) -> None:
+    """Name the changes held for a consequence the caller did not allow (apply --allow)."""
+    from reconciler.engine.apply import held_reason
+    from reconciler.engine.fold import fold_names
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for change in held:
+        groups.setdefault((change.summary or change.resource, held_reason(change)), []).append(change.node)
+    for (summary, why), nodes in groups.items():
+        click.echo(f"HELD {fold_names(nodes)}: {summary} ({why})", err=True)
 
 
 def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
@@ -267,7 +286,10 @@ def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     for node, failures in sorted(outcome.failures.items()):
         for failure in failures:
             click.echo(f"FAILED {node}: {failure}", err=True)
-    sys.exit(0 if outcome.status == "complete" and not plan.errors and not plan.unreachable else 1)
+    _report_held(outcome.held)
+    if not (outcome.status == "complete" and not plan.errors and not plan.unreachable):
+        sys.exit(1)
+    sys.exit(2 if outcome.held else 0)
 
 
 def _register_daemon() -> None:

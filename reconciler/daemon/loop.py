@@ -726,6 +726,11 @@ class Reconciler:
             return "stopped", "; ".join(problems)
         if result.failures or result.stopped:
             return "failed", "; ".join(problems)
+        if result.held:  # the daemon never reboots or reloads a driver: such changes wait for a human
+            needs = sorted({c.needs or "" for c in result.held})
+            problems.append(f"{len(result.held)} change(s) held, not applied: they need {' or '.join(needs)} "
+                            "(apply them with `reconciler apply --allow ...`)")
+            return "partial", "; ".join(problems)
         return ("partial", error) if error else ("applied", None)
 
     def _after_outcome(self, outcome: str, commit: str) -> None:

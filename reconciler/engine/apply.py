@@ -13,7 +13,7 @@ from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.owed_ledger import OwedLedger
-from reconciler.engine.plan import Change, Plan
+from reconciler.engine.plan import NEEDS_TEXT, Change, Plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.services import control_command
 
@@ -32,6 +32,8 @@ class ApplyOptions:
     should_stop: Callable[[], bool] = lambda: False
     # {"epoch": N, "holder": NAME}: every file write carries it, and a node that saw a higher epoch refuses it
     fence: dict[str, object] | None = None
+    # consequences (Change.needs) the caller accepts: a change needing another one is held, never applied
+    allow: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -44,6 +46,7 @@ class ApplyResult:
     stopped: str | None = None
     failed: list[dict[str, str]] = field(default_factory=list)  # each failed change: what it was and its error
     owed: list[str] = field(default_factory=list)  # follow-ups left undone, kept on a node for the next apply
+    held: list[Change] = field(default_factory=list)  # changes needing a reboot/driver reload not allowed
 
     @property
     def ok(self) -> bool:
@@ -72,6 +75,11 @@ class Applier:
     def run(self, plan: Plan) -> ApplyResult:
         """Apply every changing resource phase by phase; after each phase, the follow-ups it asked for. The
         follow-ups are recorded as owed on the nodes first and struck off once done (engine/owed_ledger.py)."""
+        for change in plan.changing():
+            if change.needs is not None and change.needs not in self.options.allow:
+                self.result.held.append(change)
+                self.log(f"{change.node}: held, not applied: {change.summary or change.resource} "
+                         f"({held_reason(change)})")
         ledger = OwedLedger(self.ctx, self.transport, plan.followups, self.options.fence, self.log)
         if plan.followups:
             ledger.record()
@@ -90,7 +98,8 @@ class Applier:
             if self.options.should_stop():
                 self.result.stopped = "stop requested"
                 break
-            self._phase([c for c in plan.changing() if c.phase == phase])
+            held = {id(c) for c in self.result.held}
+            self._phase([c for c in plan.changing() if c.phase == phase and id(c) not in held])
             for wave in waves(plan.followups, phase):
                 if self.result.stopped:
                     break
@@ -254,6 +263,12 @@ class Applier:
                 return False
             time.sleep(self.options.poll_interval)
         return condition()
+
+
+def held_reason(change: Change) -> str:
+    """Why a change was held: what it needs and the flag that allows it."""
+    needs = change.needs or ""
+    return f"{NEEDS_TEXT.get(needs, needs)}: apply with --allow {needs}"
 
 
 def apply_plan(ctx: Context, plan: Plan, transport: Transport, options: ApplyOptions | None = None,

@@ -14,6 +14,10 @@ from reconciler.engine.undo import Restore
 from reconciler.values import visible
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
+# What a change needs before it takes effect, beyond its own ops (declared by drivers as data; the engine applies
+# such a change only when the caller allows that consequence, and never performs the reboot or reload itself).
+Needs = Literal["reboot", "driver-reload"]
+NEEDS_TEXT: dict[str, str] = {"reboot": "needs a reboot", "driver-reload": "needs a driver reload"}
 CHANGING: tuple[Action, ...] = ("create", "update", "delete")
 
 
@@ -33,6 +37,8 @@ class Change(BaseModel):
     followups: list[FollowUp] = Field(default_factory=list, description="What must follow when this changes")
     scope: Literal["node", "cluster"] = Field(default="node", description="cluster: must be the same everywhere "
                                               "(goes out to every node in one gated wave); node: may go in waves")
+    needs: Needs | None = Field(default=None, description="Takes effect only after a reboot or a driver reload: "
+                                "applied only when the caller allows it (apply --allow reboot|driver-reload)")
     restore: Restore | None = Field(default=None, exclude=True, description="Set by a driver whose ops are "
                                     "commands: how to undo them (files: reconciler/engine/before_image.py)")
 

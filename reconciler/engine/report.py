@@ -12,11 +12,12 @@ from reconciler.engine.fold import (
     cap_nodeset,
     fold_changes,
     fold_mentions,
+    fold_names,
     fold_reasons_by_node,
     nodes_phrase,
     summary_line,
 )
-from reconciler.engine.plan import CHANGING, Change, Plan
+from reconciler.engine.plan import CHANGING, NEEDS_TEXT, Change, Plan
 
 COLOURS = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}
 RESET = "\033[0m"
@@ -64,6 +65,16 @@ def _followups_text(plan: Plan) -> list[str]:
     return lines
 
 
+def _needs_text(plan: Plan) -> list[str]:
+    """The changes that take effect only after a reboot or driver reload: `apply` holds them unless allowed."""
+    needing: dict[str, set[str]] = {}
+    for change in plan.changing():
+        if change.needs:
+            needing.setdefault(change.needs, set()).add(change.node)
+    return [f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes unless "
+            f"given --allow {needs} (the reboot or reload itself is not done)" for needs, nodes in needing.items()]
+
+
 def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_node: bool = False) -> str:
     """Human-readable plan: identical changes folded under their node set, each diff once; then consequences.
 
@@ -89,6 +100,7 @@ def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_n
         if changing:
             lines.append(f"\nSummary: {summary_line(changing)}")
     lines += _followups_text(plan)
+    lines += _needs_text(plan)
     for warning in plan.warnings:
         lines.append(f"\nwarning: {warning}")
     for error in plan.errors if per_node else fold_mentions(plan.errors, {c.node for c in plan.changes}):
@@ -150,6 +162,9 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
     consequences = plan.consequences()
     if consequences:
         head += ["**Consequences**", ""] + [f"- {c}" for c in consequences] + [""]
+    needs = [line.strip() for line in _needs_text(plan)]
+    if needs:
+        head += ["**Needs a reboot or driver reload**", ""] + [f"- {line}" for line in needs] + [""]
     if plan.rollout and plan.rollout.get("lines") and plan.has_changes:
         head += ["**Rollout**", ""] + [f"- {line}" for line in plan.rollout["lines"]] + [""]
     if plan.unreachable:

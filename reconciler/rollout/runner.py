@@ -88,6 +88,7 @@ class RolloutResult:
     applied: list[Change] = field(default_factory=list)
     failures: dict[str, list[str]] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
+    held: list[Change] = field(default_factory=list)  # needing a reboot/driver reload the caller did not allow
 
     @property
     def reason(self) -> str:
@@ -200,6 +201,7 @@ class RolloutRunner:
             applied = self._apply(self.new, wave.nodes, record)
             failpoint("wave.after-apply")
             result.applied += applied.applied
+            result.held += applied.held
             result.steps += applied.steps
             for node, messages in applied.failures.items():
                 result.failures.setdefault(node, []).extend(messages)
