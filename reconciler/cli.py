@@ -209,8 +209,8 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
                    "a failed gate rolls the waves back to it. Without it a failed gate stops the rollout.")
 @click.option("--allow", "allow", multiple=True, type=click.Choice(["reboot", "driver-reload"]),
               help="Also apply the changes that need this (a package or kernel change that takes effect only "
-                   "after a reboot or a driver reload). Without it they are held: shown, not applied. The reboot "
-                   "or reload itself is not done.")
+                   "after a reboot or a driver reload). Without it they are held: shown, not applied. A module "
+                   "option's change is the reload itself; a reboot is never done.")
 @AGE_IDENTITY
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
           max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None,

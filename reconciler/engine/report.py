@@ -72,7 +72,7 @@ def _needs_text(plan: Plan) -> list[str]:
         if change.needs:
             needing.setdefault(change.needs, set()).add(change.node)
     return [f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes unless "
-            f"given --allow {needs} (the reboot or reload itself is not done)" for needs, nodes in needing.items()]
+            f"given --allow {needs}" for needs, nodes in needing.items()]
 
 
 def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_node: bool = False) -> str:
