@@ -10,6 +10,7 @@ from reconciler import params as slurm_params
 from reconciler import values as value_rules
 from reconciler.inventory import node_specs
 from reconciler.model import AccountSpec, DesiredState, SlurmScalar, UserSpec
+from reconciler.model_kernel import kernel_problems
 from reconciler.relations import relations
 
 Problem = tuple[tuple[str | int, ...], str]
@@ -321,4 +322,5 @@ def cross_check(state: DesiredState) -> list[Problem]:
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
             *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
-            *_accounting(state), *relations(state)]
+            *_accounting(state), *relations(state),
+            *kernel_problems(state.kernel, roles, [item.path for item in state.files])]

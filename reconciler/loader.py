@@ -19,7 +19,7 @@ from reconciler.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_documen
 KeyPath = tuple[str | int, ...]
 MAX_ERRORS = 200  # errors reported per load; the rest are counted
 ModelT = TypeVar("ModelT", bound=BaseModel)
-MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services")
+MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services", "packages")
 
 
 @dataclass(frozen=True)

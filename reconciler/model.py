@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,7 @@ from reconciler import hostlist, netnames, values
 from reconciler import params as slurm_params
 from reconciler.bounds import U16_MAX, U32_MAX, CheckInterval, CheckTimeout, GateTimeout, Soak, count, duration_between
 from reconciler.bounds import parse_duration as parse_duration  # re-exported: the schema's duration reader
+from reconciler.model_packages import PackageManager, PackageMap
 from reconciler.values import (
     EnrootUri,
     ExportClient,
@@ -379,6 +380,8 @@ class Node(Strict):
     roles: list[Role] = Field(default_factory=list)
     service_manager: ServiceManager | None = None
     drain: SlurmStr | None = Field(default=None, description="Keep this node drained with this reason")
+    package_manager: PackageManager | None = Field(default=None, description="apt or dnf; unset: by the node's "
+                                                   "facts (dpkg-query present: apt, else rpm: dnf)")
 
     _check_name = field_validator("name")(lambda cls, v: _hostlist_expr(v))
 
@@ -761,6 +764,15 @@ class ManagedService(NodeSelection):
     enabled: bool | None = Field(default=None, description="Start at boot (systemd only); null: leave alone")
 
 
+class PackageSet(NodeSelection):
+    """Packages kept on a set of nodes (reconciler/model_packages.py: the specs; drivers/packages.py)."""
+
+    allow_downgrade: bool = Field(default=False, description="A change to a lower version than installed is an "
+                                  "error unless true")
+    packages: PackageMap = Field(description="name -> present, absent, a version, a glob (570.86.*), or "
+                                 "{version, hold, needs}")
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -1141,6 +1153,13 @@ class Accounting(Strict):
 
 # ---------------------------------------------------------------- the whole desired state
 
+# kernel: lives in its own module, built on Strict and NodeSelection above. Importing it here defines `Kernel` in
+# this module (model_kernel sets it); imported first, model_kernel rebuilds DesiredState once Kernel exists.
+from reconciler import model_kernel as _kernel  # noqa: E402,F401
+
+if TYPE_CHECKING:
+    from reconciler.model_kernel import Kernel
+
 
 class DesiredState(Strict):
     """Everything a desired-state repo describes, merged from all its YAML files."""
@@ -1153,6 +1172,8 @@ class DesiredState(Strict):
     patches: list[Patch] = Field(default_factory=list)
     files: list[ManagedFile] = Field(default_factory=list, description="Whole managed files, with notify")
     services: list[ManagedService] = Field(default_factory=list, description="Wanted service states")
+    packages: list[PackageSet] = Field(default_factory=list, description="Packages per node set (apt or dnf): "
+                                       "present, absent, a version or a glob; holds")
     secrets: Secrets = Field(default_factory=Secrets, description="Recipients of the repository's age-encrypted files")
     checks: Checks = Field(default_factory=Checks)
     accounting: Accounting | None = Field(default=None, description="Slurm accounting as code (sacctmgr): "
@@ -1161,3 +1182,5 @@ class DesiredState(Strict):
                              "waves gated by health with automatic rollback (default), or all at once")
     munge: Munge | None = Field(default=None, description="Distribute /etc/munge/munge.key to every Slurm node "
                                 "(unset: the munge key is not managed)")
+    kernel: Kernel = Field(default_factory=lambda: Kernel(), description="Kernel modules (loaded, blacklisted, "
+                           "options) and sysctls")

@@ -5,10 +5,11 @@ own tests when nobody else did). Fixtures:
 
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
-- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False, accounting=False)``
-  brings up more testbeds, all torn down at the end of the session (``light``: sshd-only nodes, no Slurm; beyond
-  200 compute nodes the testbed takes a /20 and three- or four-digit names; ``accounting``: slurmdbd and MariaDB
-  on ctl, associations enforced; see deploy/testbed/README.md).
+- ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False, accounting=False,
+  packages=False)`` brings up more testbeds, all torn down at the end of the session (``light``: sshd-only nodes,
+  no Slurm; beyond 200 compute nodes the testbed takes a /20 and three- or four-digit names; ``accounting``:
+  slurmdbd and MariaDB on ctl, associations enforced; ``packages``: the package repository on ctl as every node's
+  only apt/dnf source, its versions in ``Testbed.package_manifest``; see deploy/testbed/README.md).
 
 Every testbed is torn down at the end of the session whatever the tests did (also at interpreter exit and on
 SIGTERM); testbeds left behind by a killed pytest are removed by the next run. Without root or the Debian
@@ -41,6 +42,10 @@ NEEDED = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/sbin/munged", "/usr/sbin/slurm
           "/usr/bin/sinfo", "/usr/bin/supervisord", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs",
           "/usr/sbin/exportfs", "/usr/bin/nsenter", "/usr/bin/python3"]
 ACCOUNTING_NEEDED = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db", "/usr/bin/sacctmgr"]
+# `up --packages` (deploy/testbed/package_repo.py: its PACKAGES_BINARIES and DEB_CACHE, fetched by `testbed deps`)
+PACKAGES_NEEDED = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/gpg",
+                   "/usr/bin/dnf"]
+DEB_CACHE = Path(os.environ.get("RECONCILER_TESTBED_DEB_CACHE", "/var/cache/reconciler-testbed/debs"))
 
 
 def unavailable() -> str | None:
@@ -68,6 +73,7 @@ class Testbed:
     configless: bool = False
     light: bool = False
     accounting: bool = False
+    packages: bool = False
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -95,6 +101,12 @@ class Testbed:
         """Private key for root on every node."""
         return self.state_dir / "id_ed25519"
 
+    @property
+    def package_manifest(self) -> dict[str, Any]:
+        """<state>/packages/manifest.json of an `up --packages` testbed: every version, real and stand-in, deb and
+        rpm, and the repository's URL (read versions from here, never hard-code them)."""
+        return json.loads((self.state_dir / "packages" / "manifest.json").read_text())
+
     def ip(self, node: str) -> str:
         """A node's address (ctl at offset 1 from A.B.C.0, gpuN at 10+N, carrying into the third octet)."""
         offset = 1 if node == "ctl" else 10 + int(node[3:])
@@ -102,9 +114,9 @@ class Testbed:
         return f"{a}.{b}.{c + offset // 256}.{offset % 256}"
 
     def pid1(self, node: str) -> int:
-        """Host PID of a node's PID 1 (supervisord)."""
-        if not self._pids:
-            self._pids = json.loads((self.state_dir / "state.json").read_text())["pids"]
+        """Host PID of a node's PID 1 (supervisord), read at each call: a node reboot (deploy/testbed/reboot.py)
+        gives the node a new PID 1."""
+        self._pids = json.loads((self.state_dir / "state.json").read_text())["pids"]
         return int(self._pids[node])
 
     def run(self, node: str, cmd: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -224,10 +236,13 @@ class Registry:
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
     def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False,
-           accounting: bool = False) -> Testbed:
+           accounting: bool = False, packages: bool = False) -> Testbed:
         """Bring up a new testbed."""
         reason = unavailable()
         missing = [b for b in ACCOUNTING_NEEDED if not os.path.exists(b)] if accounting else []
+        if packages:
+            missing += [b for b in PACKAGES_NEEDED if not os.path.exists(b)]
+            missing += [] if (DEB_CACHE / "fetched.json").exists() else [f"{DEB_CACHE}/fetched.json"]
         if not reason and missing:
             reason = f"missing {', '.join(missing)}: run deploy/testbed/testbed deps"
         if reason:
@@ -235,9 +250,9 @@ class Registry:
         name, subnet = self.next_name_and_subnet(nodes)
         args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else []),
                 *(["--configless"] if configless else []), *(["--light"] if light else []),
-                *(["--accounting"] if accounting else [])]
+                *(["--accounting"] if accounting else []), *(["--packages"] if packages else [])]
         bed = Testbed(name=name, subnet=subnet, computes=compute_names(nodes), bare=bare, state_dir=BASE / name,
-                      configless=configless, light=light, accounting=accounting)
+                      configless=configless, light=light, accounting=accounting, packages=packages)
         self.beds.append(bed)
         proc = _testbed_cli(*args)
         if proc.returncode != 0:
@@ -270,14 +285,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 @pytest.fixture(scope="session")
 def testbed_factory() -> Iterator[Callable[..., Testbed]]:
-    """make(nodes=2, bare=False, configless=False, light=False, accounting=False) -> a new running Testbed; all torn
-    down at the end."""
+    """make(nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False) -> a new running
+    Testbed; all torn down at the end."""
     if not unavailable():
         reap_stale()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        yield lambda nodes=2, bare=False, configless=False, light=False, accounting=False: REGISTRY.up(
-            nodes, bare, configless, light, accounting)
+        yield lambda nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False: (
+            REGISTRY.up(nodes, bare, configless, light, accounting, packages))
     finally:
         REGISTRY.down_all()
         signal.signal(signal.SIGTERM, previous)
