@@ -55,6 +55,7 @@ SLURM_CONF: dict[str, str | int] = {  # in the order reconciler's renderer write
     "SchedulerType": "sched/backfill",
     "GresTypes": "gpu",
     "ReturnToService": 2,
+    "RebootProgram": "/usr/lib/reconciler-testbed/reboot",  # asks the testbed's keeper (deploy/testbed/reboot.py)
     "JobAcctGatherType": "jobacct_gather/none",
     "AccountingStorageType": "accounting_storage/none",
     "SlurmdParameters": "config_overrides",

@@ -18,16 +18,20 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 import traceback
+import uuid
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWTIME = 0x00000080
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -130,7 +134,7 @@ def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid
 
 def setup_net(ip: str, prefixlen: int) -> None:
     """Bring up lo and eth0 with the node's address (no default route)."""
-    batch = f"link set lo up\naddr add {ip}/{prefixlen} dev eth0\nlink set eth0 up\n"
+    batch = f"link set lo up\naddr replace {ip}/{prefixlen} dev eth0\nlink set eth0 up\n"  # replace: a reboot
     subprocess.run(["/usr/sbin/ip", "-batch", "-"], input=batch.encode(), check=True)
 
 
@@ -151,6 +155,45 @@ def setup_cgroup(root: str) -> None:
         mount("/sys/fs/cgroup", cgroup, None, MS_BIND)
 
 
+def protect_proc_sys(root: str) -> None:
+    """Make the node's /proc/sys read-only except /proc/sys/net: a node is real root, and only net.* sysctls
+    belong to its network namespace; writing vm.* or kernel.* there would change the HOST's kernel."""
+    mount(f"{root}/proc/sys/net", f"{root}/proc/sys/net", None, MS_BIND)  # stays writable, under the next
+    mount(f"{root}/proc/sys", f"{root}/proc/sys", None, MS_BIND | MS_REC)
+    mount(None, f"{root}/proc/sys", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def bind_boot_id(root: str, node_dir: str) -> None:
+    """STAND-IN boot id: nodes share the host's kernel (one /proc/sys/kernel/random/boot_id), so each node boot
+    writes a new random UUID to <node dir>/boot_id and binds it, read-only, over the node's boot_id."""
+    text = f"{uuid.uuid4()}\n"
+    tmp = f"{node_dir}/boot_id.tmp"
+    with open(tmp, "w", encoding="ascii") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, f"{node_dir}/boot_id")  # a new inode per boot: the last boot's bind never sees it
+    target = f"{root}/proc/sys/kernel/random/boot_id"
+    mount(f"{node_dir}/boot_id", target, None, MS_BIND)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+def copy_boot_files(root: str, copies: dict[str, str]) -> None:
+    """At boot, copy each installed directory SRC to DST (in the fresh /run): what a boot loads, e.g. the
+    driver stand-in's files (deploy/testbed/package_repo.py), read by the stand-in nvidia-smi until the next."""
+    for src, dst in copies.items():
+        if os.path.isdir(f"{root}{src}"):
+            shutil.copytree(f"{root}{src}", f"{root}{dst}")
+
+
+def fresh_boot_clock() -> None:
+    """Give the node's processes (the time namespace made by unshare) a boot clock that starts now: uptime, the
+    boot time in /proc/stat and sysinfo() then say the node just booted (slurmd reports it to slurmctld, which
+    waits for a newer boot time after `scontrol reboot`). Only CLOCK_BOOTTIME moves; wall time is the host's."""
+    booted = int(time.clock_gettime(time.CLOCK_BOOTTIME))
+    with open("/proc/self/timens_offsets", "w", encoding="ascii") as handle:
+        handle.write(f"boottime {-booted} 0\n")
+
+
 def setup_root(spec: dict) -> None:
     """Prepare mounts and network of the node, then pivot into its root."""
     node_dir = f"{spec['state']}/nodes/{spec['node']}"
@@ -163,11 +206,17 @@ def setup_root(spec: dict) -> None:
         mount(None, f"{root}{target}", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     socket.sethostname(spec["node"])
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if spec.get("fresh_boot"):  # before protect_proc_sys: its recursive bind keeps this mount
+        bind_boot_id(root, node_dir)
+    protect_proc_sys(root)
     mount("sysfs", f"{root}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if spec.get("sys_module"):  # the modprobe stand-in's modules (deploy/testbed/modules_standin.py)
+        mount("tmpfs", f"{root}/sys/module", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=1m")
     if not spec.get("light"):
         setup_cgroup(root)
     setup_dev(root, spec["gpus"])
     setup_run(root, spec["peers"], spec["state"], spec["munge_uid"], spec["munge_gid"], spec.get("run_dirs"))
+    copy_boot_files(root, spec.get("boot_copies", {}))
     setup_net(spec["ip"], spec["prefixlen"])
     os.chdir(root)
     pivot_root(".", ".")
@@ -196,7 +245,10 @@ def exec_light_init(marker: str) -> None:
 def main() -> None:
     """Unshare, fork PID 1, report its host PID and let it boot the node."""
     spec = json.loads(sys.argv[1])
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
+    fresh = CLONE_NEWTIME if spec.get("fresh_boot") else 0
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | fresh), "unshare")
+    if fresh:  # before the fork: the offsets can only be set while no process is in the new namespace
+        fresh_boot_clock()
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     pid = os.fork()
     if pid:

@@ -22,6 +22,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +33,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import desired_state  # noqa: E402  (sibling modules, path set above)
+import modules_standin  # noqa: E402
 import node_init  # noqa: E402
+import package_repo  # noqa: E402
 import pyxis_standin  # noqa: E402
+import reboot  # noqa: E402
 
 BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
 DEFAULT_NAME = "testbed"
@@ -52,7 +56,9 @@ DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "sl
                    "supervisor", "iproute2", "netcat-openbsd", "squashfs-tools", "nfs-kernel-server",
                    "python3-clustershell",  # ClusterShell for the nodes' python3: testbed nodes as gateways
                    "slurmdbd", "mariadb-server",  # `up --accounting`: slurmdbd and its MariaDB on ctl
-                   "gcc", "libc6-dev", "libslurm-dev"]  # `up` compiles the Pyxis stand-in (pyxis_standin.py)
+                   "gcc", "libc6-dev", "libslurm-dev",  # `up` compiles the Pyxis stand-in (pyxis_standin.py)
+                   # `up --packages`: the package repository (package_repo.py), Debian's dnf and rpm on the nodes
+                   "dnf", "dnf-plugins-core", "rpm", "createrepo-c", "dpkg-dev", "gnupg"]
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -60,6 +66,8 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
+PACKAGES_BINARIES = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/gpg",
+                     "/usr/bin/dnf"]
 ACCOUNTING_BINARIES = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db",
                        "/usr/bin/mariadb-admin", "/usr/bin/sacctmgr"]
 PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD, PORT_SLURMDBD, PORT_MARIADB = 22, 6817, 6818, 6819, 3306
@@ -113,6 +121,7 @@ class Layout:
     configless: bool = False
     light: bool = False
     accounting: bool = False
+    packages: bool = False
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -267,14 +276,20 @@ def locked(name: str, remove: bool = False) -> Iterator[None]:
                 BASE.rmdir()
 
 
-def require_root_and_deps(accounting: bool = False) -> None:
-    """Fail early when not root or a needed binary is missing (ACCOUNTING: slurmdbd and MariaDB too)."""
+def require_root_and_deps(accounting: bool = False, packages: bool = False) -> None:
+    """Fail early when not root or a needed binary is missing (ACCOUNTING: slurmdbd and MariaDB too; PACKAGES:
+    the repository tools and the fetched Debian packages)."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root (namespaces, mounts)")
-    needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else [])
+    needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else []) + (PACKAGES_BINARIES if packages else [])
     missing = [b for b in needed if not os.path.exists(b)]
     if missing:
         raise TestbedError(f"missing {', '.join(missing)}: run `{HERE / 'testbed'} deps` first")
+    if packages:
+        try:
+            package_repo.fetched_debs()
+        except package_repo.RepoError as e:
+            raise TestbedError(str(e)) from e
 
 
 # --------------------------------------------------------------------------------------------- node files
@@ -379,6 +394,8 @@ def supervisor_conf(layout: Layout, node: str) -> str:
     if accounting:  # MariaDB (as user mysql), then slurmdbd (as root: it drops to SlurmUser, like its unit)
         parts.append(_program("mariadb", f"/bin/sh {TESTBED_LIB}/mariadb-start", user="mysql", priority=15))
         parts.append(_program("slurmdbd", f"/bin/sh {TESTBED_LIB}/slurmdbd-start", priority=25))
+    if layout.packages and node == "ctl":  # the package repository (package_repo.py), on the testbed network
+        parts.append(_program("packages", package_repo.http_command(layout.ip("ctl")), priority=20, startsecs=0))
     if node == "ctl" or not layout.configless:
         register = f"{TESTBED_LIB}/register-cluster; " if accounting else ""
         parts.append(_program(daemon, f"/bin/sh -c '{wait_munge}; {register}exec /usr/sbin/{daemon} -D'",
@@ -595,7 +612,8 @@ def hostlist(names: list[str]) -> str:
     return f"gpu[{names[0][3:]}-{names[-1][3:]}]"
 
 
-def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, db_pass: str = "") -> str:
+def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, db_pass: str = "",
+                 repo: package_repo.Repository | None = None) -> str:
     """Build the node's upper layer; return its public host key line (light nodes: SSH and hosts only)."""
     d = layout.node_dir(node)
     for sub in ("upper", "work", "root"):
@@ -652,9 +670,13 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
     install_test_users(upper)
     if node == "ctl" and layout.accounting:
         install_accounting(upper, db_pass)
+    if repo:
+        install_package_sources(upper, repo)
     if node != "ctl":  # a vendor hook as on Cluster Toolkit images, for the desired state's rxdm patch
         put(upper, desired_state.RXDM.lstrip("/"), desired_state.RXDM_SCRIPT, 0o755)
         install_gpu_standins(upper)
+        for rel, (data, mode) in reboot.files().items():  # RebootProgram: asks the keeper (reboot.py)
+            put(upper, rel, data, mode)
     return host_key_line
 
 
@@ -680,10 +702,25 @@ def install_standins(upper: Path) -> None:
         put(upper, rel, data, mode)
 
 
+def install_package_sources(upper: Path, repo: package_repo.Repository) -> None:
+    """--packages: apt's only source and dnf's repository are the testbed's (package_repo.node_layer)."""
+    edits = package_repo.node_layer(repo)
+    for rel in edits.opaque:
+        opaque_dir(upper, rel, 0o755)
+    for rel in edits.mirror_dirs:
+        _mirror_mkdir(upper, rel)
+    for rel in edits.hide:
+        whiteout(upper, rel)
+    for rel, (data, mode) in edits.files.items():
+        put(upper, rel, data, mode)
+
+
 def install_gpu_standins(upper: Path) -> None:
     """Compute nodes: the STAND-IN nvidia-smi and dmesg replaying a recorded H200 (faults planted by a file)."""
     put(upper, "usr/local/bin/nvidia-smi", (HERE / "standins" / "nvidia-smi").read_bytes(), 0o755)
     put(upper, "usr/local/bin/dmesg", (HERE / "standins" / "dmesg").read_bytes(), 0o755)
+    for rel, (data, mode) in modules_standin.files().items():  # STAND-IN modprobe (/sys/module: node_init)
+        put(upper, rel, data, mode)
 
 
 def client_file_binds(layout: Layout) -> dict[str, str]:
@@ -864,6 +901,9 @@ def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
     """Launch a node's bootstrap; it prints the host PID of the node's PID 1."""
     spec = {"name": layout.name, "node": node, "state": str(layout.state), "ip": layout.ip(node),
             "prefixlen": layout.prefixlen, "gpus": 0 if node == "ctl" else GPUS_PER_NODE,
+            "sys_module": node != "ctl" and not layout.light,  # the modprobe stand-in's tmpfs /sys/module
+            "fresh_boot": not layout.light,  # boot clock from zero and a new STAND-IN boot id (reboot.py)
+            "boot_copies": package_repo.boot_copies() if node != "ctl" and not layout.light else {},
             "peers": [] if layout.light else layout.nodes, "light": layout.light, "mount_root": layout.light,
             "binds": client_file_binds(layout) if layout.light else {},
             "marker": layout.marker(node), "console": str(layout.node_dir(node) / "console.log"),
@@ -960,6 +1000,8 @@ def node_ready(layout: Layout, node: str) -> bool:
         want.add(PORT_SLURMCTLD if node == "ctl" else PORT_SLURMD)
     if layout.accounting and node == "ctl":
         want.add(PORT_SLURMDBD)
+    if layout.packages and node == "ctl":
+        want.add(package_repo.PORT)
     return want <= listening_ports(pid)
 
 
@@ -1125,20 +1167,24 @@ def running(layout: Layout) -> bool:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
-    require_root_and_deps(args.accounting)
+    require_root_and_deps(args.accounting, args.packages)
     want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
-                  configless=args.configless, light=args.light, accounting=args.accounting)
+                  configless=args.configless, light=args.light, accounting=args.accounting, packages=args.packages)
     if want.light and (want.bare or want.configless or want.accounting):
         raise TestbedError("--light has no Slurm: it does not combine with --bare, --configless or --accounting")
+    if want.light and want.packages:
+        raise TestbedError("--packages needs supervisord on ctl (its HTTP server): it does not combine with --light")
     validate_layout(want)
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare, old.configless, old.light, old.accounting) != (
-                    want.computes, want.subnet, want.bare, want.configless, want.light, want.accounting):
+            if (old.computes, old.subnet, old.bare, old.configless, old.light, old.accounting, old.packages) != (
+                    want.computes, want.subnet, want.bare, want.configless, want.light, want.accounting,
+                    want.packages):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
                                    f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}, "
-                                   f"light={old.light}, accounting={old.accounting}; run down first to change it")
+                                   f"light={old.light}, accounting={old.accounting}, packages={old.packages}; "
+                                   "run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -1148,7 +1194,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
             bring_up(want)
-        except (TestbedError, OSError, subprocess.SubprocessError) as e:
+        except (TestbedError, OSError, subprocess.SubprocessError, package_repo.RepoError) as e:
             diagnostics(want)
             if not args.keep:
                 log("tearing the failed testbed down (use --keep to keep it for a look)")
@@ -1173,8 +1219,12 @@ def bring_up(layout: Layout) -> None:
     db_pass = accounting_password(layout) if layout.accounting else ""
     if layout.computes > NARROW_MAX:
         raise_host_limits(len(layout.nodes))
+    repo = package_repo.build(layout.state, layout.node_dir("ctl") / "upper", "ctl",
+                              BASE / "cache") if layout.packages else None
+    if repo:
+        trace("package repository built")
     with ThreadPoolExecutor(max_workers=8) as pool:
-        keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub, db_pass), layout.nodes))
+        keys = list(pool.map(lambda n: prepare_node(layout, n, munge_key, client_pub, db_pass, repo), layout.nodes))
     write_client_files(layout, keys)
     trace("node layers prepared")
     network_up(layout)
@@ -1191,8 +1241,22 @@ def bring_up(layout: Layout) -> None:
         if datadir:
             datadir.result()
             trace("MariaDB datadir initialised")
-    wait_ready(layout, timeout=60 + layout.computes)
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:  # --packages: apt-get update while Slurm settles
+        updated = pool.submit(package_repo.apt_update_when_up, layout.nodes,
+                              lambda: all(node_ready(layout, n) for n in layout.nodes), stop,
+                              lambda node, cmd, timeout: nsenter(layout, node, cmd, timeout)) if repo else None
+        try:
+            wait_ready(layout, timeout=60 + layout.computes)
+        except BaseException:
+            stop.set()
+            raise
+        if updated:
+            updated.result()
+            trace("apt-get update on every node")
     write_desired_state(layout)
+    if not layout.light:
+        reboot.start_keeper(layout)
     trace("ready")
 
 
@@ -1259,11 +1323,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     mode = "light" if layout.light else (
         ("bare" if layout.bare else "slurm") + (" configless" if layout.configless else "")
-        + (" accounting" if layout.accounting else ""))
+        + (" accounting" if layout.accounting else "") + (" packages" if layout.packages else ""))
     print(f"testbed {layout.name}: {len(layout.nodes)} nodes, subnet {layout.cidr}, {mode}, "
           f"state {layout.state}")
     names = {PORT_SSH: "sshd", PORT_SLURMCTLD: "slurmctld", PORT_SLURMD: "slurmd", PORT_SLURMDBD: "slurmdbd",
-             PORT_MARIADB: "mariadb"}
+             PORT_MARIADB: "mariadb", package_repo.PORT: "packages"}
     ok = True
     for node in layout.nodes:
         alive = node_alive(layout, node)
@@ -1274,6 +1338,22 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{'up' if alive else 'DOWN':5} {services}")
     print(f"ssh_config {layout.ssh_config}\ndesired-state {layout.desired_state}")
     return 0 if ok else 1
+
+
+def cmd_reboot(args: argparse.Namespace) -> int:
+    """Reboot a compute node as its RebootProgram would (reboot.py); print its new boot id."""
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root")
+    layout = Layout.load(args.name)
+    if not layout or not node_alive(layout, args.node):
+        raise TestbedError(f"node {args.node} of testbed {args.name} is not up")
+    try:
+        new_id, took = reboot.reboot_node(args.name, args.node)
+    except (reboot.RebootError, OSError, subprocess.SubprocessError) as e:
+        raise TestbedError(f"reboot of {args.node} failed: {e}") from e
+    log(f"{args.node} rebooted in {took:.2f}s")
+    print(new_id)
+    return 0
 
 
 def cmd_ssh(args: argparse.Namespace) -> int:
@@ -1316,6 +1396,11 @@ def cmd_deps(args: argparse.Namespace) -> int:
         log(" ".join(cmd))
         if subprocess.run(cmd, env=env).returncode != 0:
             raise TestbedError(f"{' '.join(cmd)} failed")
+    log(f"fetching real Debian packages for `up --packages` into {package_repo.DEB_CACHE}")
+    try:
+        package_repo.fetch_real_debs()
+    except package_repo.RepoError as e:
+        raise TestbedError(str(e)) from e
     return 0
 
 
@@ -1334,11 +1419,17 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--accounting", action="store_true",
                     help="slurmdbd and MariaDB on ctl, slurmctld with accounting_storage/slurmdbd, associations "
                          "enforced")
+    up.add_argument("--packages", action="store_true",
+                    help="a package repository on ctl (real Debian packages and stand-ins; apt and dnf) as every "
+                         "node's only source")
     up.add_argument("--subnet", default=DEFAULT_SUBNET,
                     help="first three octets (default 10.250.0); beyond 200 compute nodes a /20 from there")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
         sub.add_parser(name, help=helptext)
+    rb = sub.add_parser("reboot", help="reboot a compute node (every process ended, booted again, new boot id); "
+                                       "prints the new boot id")
+    rb.add_argument("node")
     ssh = sub.add_parser("ssh", help="ssh to a node: ssh NODE [CMD...]")
     ex = sub.add_parser("exec", help="run a command in a node through nsenter: exec NODE CMD...")
     for s in (ssh, ex):
@@ -1351,7 +1442,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "ssh": cmd_ssh, "exec": cmd_exec,
-            "deps": cmd_deps}
+            "deps": cmd_deps, "reboot": cmd_reboot}
 
 
 def main(argv: list[str] | None = None) -> int:
