@@ -16,6 +16,8 @@ Sections (`--sections`, default all):
   rollout progressive rollouts with `reconciler run` on real Slurm (--rollout-nodes, default 16,64): a bad
           commit's prolog rolled back (push -> gate failed -> every node back), and a good commit one-shot
           vs in gated waves (what the gates add per wave)
+  packages what the package facts add to the no-op plan: `packages:` naming 10 installed packages or not, 16
+          compute nodes (bench/package_facts.py; goal under 10%)
 
 noop, drift, change, daemon and rollout need root and the testbed's Debian packages; the peers ansible-core
 and pyinfra (pip install -e '.[bench]'); without them they are skipped with the reason. N above 64 uses the testbed's
@@ -31,13 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import daemon, hostile, nccl, peers, reconcile, rollout, scale
+from bench import daemon, hostile, nccl, package_facts, peers, reconcile, rollout, scale
 from bench.ansible_project import ansible_playbook
 from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
-SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile")
+SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile", "packages")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
@@ -144,6 +146,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["nccl"] = nccl.run()
     if "hostile" in sections:
         results["hostile"] = hostile.run(max(args.runs, 3))
+    if "packages" in sections:
+        why = unavailable()
+        if why:
+            results["skipped"]["packages"] = why
+        else:
+            packages = package_facts.measure(16, max(args.runs, 5))
+            results["packages"] = packages
+            log(f"packages: no-op plan at 16 nodes {packages['without_median_s']:.2f} s without, "
+                f"{packages['with_median_s']:.2f} s with `packages:` ({packages['ratio_median']:.3f}x, goal < "
+                f"{package_facts.GOAL})")
     results["elapsed_s"] = time.monotonic() - started
     return results
 

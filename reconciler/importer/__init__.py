@@ -14,6 +14,7 @@ from reconciler import hostlist
 from reconciler import params as slurm_params
 from reconciler.facts.parsers import family_of
 from reconciler.importer import accounting, adopt
+from reconciler.importer import packages as package_import
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
@@ -29,6 +30,7 @@ class AdoptOptions:
     munge_key_file: Path | None = None
     image_dirs: list[str] = field(default_factory=list)
     progress: adopt.Progress | None = None
+    packages: list[str] = field(default_factory=list)  # --packages patterns (checked by parse_patterns)
 
 
 @dataclass
@@ -85,17 +87,30 @@ def _adopt(files: RemoteFiles, cluster: CommentedMap, compute: list[str], option
     computing = [name for expr in compute for name in hostlist.expand(expr)]
     names = list(dict.fromkeys(controllers + computing))
     want = adopt.wanted(cluster["slurm_conf"], files.config_dir, options.image_dirs)
-    raw = files.read_nodes(names, adopt.request(want), options.progress)
+    req = adopt.request(want)
+    if options.packages:
+        req.python["packages"] = package_import.snippet(options.packages)
+    raw = files.read_nodes(names, req, options.progress)
     answers: dict[str, adopt.NodeAnswer] = {}
+    installed: dict[str, package_import.NodePackages] = {}
     unread: list[str] = []
     for name in names:
         value = raw.get(name, "not read")
         if isinstance(value, str):
             unread.append(f"{name}: {value}")
-        else:
-            answers[name] = adopt.parse_answer(value)
+            continue
+        answers[name] = adopt.parse_answer(value)
+        if options.packages:
+            answer = value.get("commands", {}).get("packages", {})
+            installed[name] = package_import.parse(answer.get("stdout", "")) if answer.get("rc") == 0 else \
+                package_import.NodePackages(manager="unknown", problems=[f"not read: {answer.get('stderr')}"])
     adopted = adopt.adopt(answers, want, controllers, set(computing), options.munge_key_file)
-    adopted.warnings += [f"{line}: its files, services and images are not adopted" for line in unread]
+    what = "files, services, images and packages" if options.packages else "files, services and images"
+    adopted.warnings += [f"{line}: its {what} are not adopted" for line in unread]
+    if options.packages:
+        doc = package_import.packages_doc(installed, options.packages, adopted.warnings)
+        if doc is not None:
+            adopted.docs["packages.yaml"] = doc
     return adopted
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from reconciler.importer import AdoptOptions, ImportProblem, import_files
+from reconciler.importer.packages import parse_patterns
 from reconciler.importer.sources import LocalFiles, RemoteFiles, parse_ssh_url
 from reconciler.loader import DesiredStateError, load_dir, yaml_files
 from reconciler.model import SSHDefaults
@@ -43,10 +44,14 @@ def _progress_line() -> Callable[[int, int], None] | None:
                    "written to use it (the key never goes into the output).")
 @click.option("--image-dir", "image_dirs", multiple=True,
               help="ssh: a directory of enroot .sqsh images to adopt (repeatable).")
+@click.option("--packages", "package_patterns", default=None, metavar="PATTERN,...",
+              help="ssh: adopt the installed versions of the packages these names or globs match (apt or dnf), "
+                   "e.g. 'nvidia-*,slurm*,enroot*' (packages.yaml).")
 @click.option("--force", is_flag=True, help="Overwrite YAML files already in --out.")
 def import_command(source: str, out_dir: str, config_dir: str, slurm_version: str | None, ssh_config: str | None,
                    known_hosts: str | None, identity_file: str | None, proxy_jump: str | None, accept_new: bool,
-                   munge_key_file: str | None, image_dirs: tuple[str, ...], force: bool) -> None:
+                   munge_key_file: str | None, image_dirs: tuple[str, ...], package_patterns: str | None,
+                   force: bool) -> None:
     """Adopt an existing cluster: SOURCE is a directory of its Slurm files or ssh://[user@]host[:port]."""
     out = Path(out_dir)
     if out.is_dir() and yaml_files(out) and not force:
@@ -54,8 +59,13 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
         sys.exit(1)
     try:
         target = parse_ssh_url(source)
-    except ValueError as exc:
+        patterns = parse_patterns(package_patterns) if package_patterns is not None else []
+    except ValueError as exc:  # a bad URL, or a PatternError
         click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if patterns and target is None:
+        click.echo(f"error: --packages reads the installed packages of every node: {source} must be an ssh:// URL",
+                   err=True)
         sys.exit(1)
     files: LocalFiles | RemoteFiles
     if target is None:
@@ -73,7 +83,7 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
     options = AdoptOptions(munge_key_file=Path(munge_key_file).resolve() if munge_key_file else None,
-                           image_dirs=list(image_dirs), progress=_progress_line())
+                           image_dirs=list(image_dirs), progress=_progress_line(), packages=patterns)
     try:
         result = import_files(files, out, slurm_version, source, options)
     except (ImportProblem, ConnectionError, ValueError) as exc:
