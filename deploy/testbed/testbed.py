@@ -655,6 +655,13 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
         for command in ("scontrol", "squeue"):
             put(upper, f"usr/local/bin/{command}", LIGHT_SLURM_STANDIN.format(command=command), 0o755)
         return host_key_line
+    # The host's sysctl settings are not the node's: `sysctl --system` on a node would try to set the host's
+    # kernel.* keys, which a node may not write (node_init: /proc/sys read-only but net). Nodes start empty.
+    for rel in ("etc/sysctl.d", "usr/lib/sysctl.d", "run/sysctl.d"):
+        if not Path(f"/{rel}").parent.is_symlink():
+            opaque_dir(upper, rel, 0o755)
+    if os.path.lexists("/etc/sysctl.conf"):
+        whiteout(upper, "etc/sysctl.conf")
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
     put(upper, "etc/supervisor/conf.d/testbed.conf", supervisor_conf(layout, node))
