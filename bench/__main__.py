@@ -16,6 +16,8 @@ Sections (`--sections`, default all):
   rollout progressive rollouts with `reconciler run` on real Slurm (--rollout-nodes, default 16,64): a bad
           commit's prolog rolled back (push -> gate failed -> every node back), and a good commit one-shot
           vs in gated waves (what the gates add per wave)
+  upgrade a reboot-aware rolling upgrade on real Slurm (--upgrade-nodes, default 16): the stand-in driver pair
+          550 -> 570 with `needs: reboot`, max_unavailable 4; per-wave time, reboot wait, total (bench/upgrade.py)
   packages what the package facts add to the no-op plan: `packages:` naming 10 installed packages or not, 16
           compute nodes (bench/package_facts.py; goal under 10%)
 
@@ -33,13 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import daemon, hostile, nccl, package_facts, peers, reconcile, rollout, scale
+from bench import daemon, hostile, nccl, package_facts, peers, reconcile, rollout, scale, upgrade
 from bench.ansible_project import ansible_playbook
 from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
 from bench.testbed import unavailable
 
-SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile", "packages")
+SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile", "packages", "upgrade")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
 
 
@@ -54,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sections", default=DEFAULT_SECTIONS, help=f"comma-separated, of {', '.join(SECTIONS)}")
     p.add_argument("--nodes", default="4,16,64", help="compute node counts for noop/change (default 4,16,64)")
     p.add_argument("--rollout-nodes", default="16,64", help="compute node counts for rollout (default 16,64)")
+    p.add_argument("--upgrade-nodes", default="16", help="compute node counts for upgrade (default 16)")
     p.add_argument("--runs", type=int, default=3, help="runs per figure, medians reported (default 3)")
     p.add_argument("--sizes", default="1000,10000", help="node counts for scale (default 1000,10000)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where bench.json/.md/.png go (default bench/results)")
@@ -156,6 +159,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log(f"packages: no-op plan at 16 nodes {packages['without_median_s']:.2f} s without, "
                 f"{packages['with_median_s']:.2f} s with `packages:` ({packages['ratio_median']:.3f}x, goal < "
                 f"{package_facts.GOAL})")
+    if "upgrade" in sections:
+        why = unavailable()
+        if why:
+            results["skipped"]["upgrade"] = why
+        else:
+            results["upgrade"] = upgrade.run(_ints(args.upgrade_nodes), results["skipped"])
     results["elapsed_s"] = time.monotonic() - started
     return results
 

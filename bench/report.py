@@ -248,6 +248,10 @@ def tables(results: dict[str, Any]) -> list[Table]:
         from bench.hostile import table as hostile_table
 
         out.append(hostile_table(results["hostile"]))
+    if results.get("upgrade"):
+        from bench.upgrade import table as upgrade_table
+
+        out.append(upgrade_table(results["upgrade"]))
     return out
 
 
@@ -276,6 +280,10 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool]]:
         from bench.hostile import targets as hostile_targets
 
         found.extend(hostile_targets(results["hostile"]))
+    if results.get("upgrade"):
+        from bench.upgrade import targets as upgrade_targets
+
+        found.extend(upgrade_targets(results["upgrade"]))
     for row in results.get("scale") or []:
         if row["nodes"] >= TARGET_SCALE_NODES:
             sentence = f"{row['nodes']:,}-node render + diff: {row['plan_s']:.2f} s (target < {TARGET_SCALE_S:.0f} s)"

@@ -15,6 +15,7 @@ from reconciler.drivers.packages import PackagesDriver
 from reconciler.drivers.patches import PatchesDriver
 from reconciler.drivers.services import ServicesDriver
 from reconciler.drivers.slurm_config import SlurmConfigDriver
+from reconciler.drivers.slurm_upgrade import SlurmUpgradeDriver
 from reconciler.drivers.sysctls import SysctlsDriver
 
 
@@ -22,8 +23,8 @@ def all_drivers() -> list[Driver]:
     """Every driver, in apply order."""
     return [NfsExportsDriver(), MountsDriver(), MungeKeyDriver(), KernelModulesDriver(), SysctlsDriver(),
             SlurmConfigDriver(), ManagedFilesDriver(),
-            ServicesDriver(), PackagesDriver(), PatchesDriver(), EnrootImagesDriver(), NodeStateDriver(),
-            AccountingDriver()]
+            ServicesDriver(), PackagesDriver(), SlurmUpgradeDriver(), PatchesDriver(), EnrootImagesDriver(),
+            NodeStateDriver(), AccountingDriver()]
 
 
 __all__ = ["Driver", "all_drivers"]

@@ -19,6 +19,8 @@ ROLLOUT_REASON = "reconciler: rolling restart of slurmd"
 # Drains owned by the health checks: only a passing check resumes them.
 GPU_REASON_PREFIX = "reconciler: gpu "
 CHECK_PREFIXES = ("reconciler: nccl", "reconciler: check", GPU_REASON_PREFIX.rstrip())
+# Drains owned by an upgrade (reconciler/rollout/upgrade.py): only the upgrade lifts them; a failed one stays.
+UPGRADE_PREFIX = "reconciler: upgrade"
 
 
 def drain_command(node: str, reason: str) -> str:
@@ -128,7 +130,7 @@ class NodeStateDriver:
             if view.drained and not ours(view.reason):
                 return change(f"already drained by someone else ({view.reason})")
             return change(f"drain ({wanted})", drain_command(name, wanted))
-        if view.drained and ours(view.reason) and not str(view.reason).startswith(CHECK_PREFIXES):
+        if view.drained and ours(view.reason) and not str(view.reason).startswith((*CHECK_PREFIXES, UPGRADE_PREFIX)):
             return change(f"resume (drain '{view.reason}' is no longer wanted)", resume_command(name))
         return change()
 

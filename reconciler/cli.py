@@ -240,7 +240,8 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
             sys.exit(1)
         options = ApplyOptions(max_unavailable=max_unavailable, max_fail_percent=max_fail_percent,
                                drain_timeout=drain_timeout, allow=frozenset(allow))
-        if len(waves.waves) > 1 or any(w.gated for w in waves.waves):
+        upgrade = run.ctx.state.rollout.upgrade is not None and any(c.needs for c in result.changing())
+        if len(waves.waves) > 1 or any(w.gated for w in waves.waves) or upgrade:  # upgrade: reboots node by node
             _apply_in_waves(run, result, old, options)  # exits
         outcome = run.apply(result, options, log=lambda line: click.echo(f"  {line}"))
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Iterator, Sequence
 
-from reconciler import hostlist, targets
+from reconciler import hostlist, targets, upgrade_rules
 from reconciler import params as slurm_params
 from reconciler import values as value_rules
 from reconciler.inventory import node_specs
@@ -323,4 +323,5 @@ def cross_check(state: DesiredState) -> list[Problem]:
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
             *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
             *_accounting(state), *relations(state),
-            *kernel_problems(state.kernel, roles, [item.path for item in state.files])]
+            *kernel_problems(state.kernel, roles, [item.path for item in state.files]),
+            *upgrade_rules.problems(state, roles)]

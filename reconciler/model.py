@@ -25,6 +25,8 @@ from reconciler import params as slurm_params
 from reconciler.bounds import U16_MAX, U32_MAX, CheckInterval, CheckTimeout, GateTimeout, Soak, count, duration_between
 from reconciler.bounds import parse_duration as parse_duration  # re-exported: the schema's duration reader
 from reconciler.model_packages import PackageManager, PackageMap
+from reconciler.model_slurm_upgrade import SlurmUpgrade
+from reconciler.model_upgrade import Upgrade
 from reconciler.values import (
     EnrootUri,
     ExportClient,
@@ -990,6 +992,10 @@ class Rollout(Strict):
     soak: Soak = Field(default="30s", description="Wait after a wave's gates pass; a wave node "  # type: ignore[valid-type]
                        "drained by Slurm meanwhile (Prolog/Epilog error) fails the wave")
     gates: RolloutGates = Field(default_factory=RolloutGates)
+    upgrade: Upgrade | None = Field(default=None, description="Changes that need a reboot or a driver reload go "
+                                    "node by node (reconciler/model_upgrade.py); unset: they are held")
+    slurm_upgrade: SlurmUpgrade = Field(default_factory=SlurmUpgrade, description="A Slurm upgrade's own steps "
+                                        "(reconciler/model_slurm_upgrade.py): the database backup before slurmdbd")
 
     @field_validator("canary", mode="before")
     @classmethod

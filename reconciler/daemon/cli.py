@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from reconciler.cli_support import exit_with_errors
+from reconciler.daemon import upgrade_view
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.loader import DesiredStateError
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
@@ -182,6 +183,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
         }
     finally:
         store.close()
+    data["upgrade"] = upgrade_view.status_json(data["rollout_in_flight"], data["last_rollout"])
     return data
 
 
@@ -250,6 +252,7 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         wave = waves[index] if index < len(waves) else {}
         out.append(f"rollout:        {str(flight.get('commit'))[:12]} wave {index + 1} of {len(waves)} "
                    f"({flight.get('phase')}) on {wave.get('nodeset', '?')}")
+        out += upgrade_view.status_lines(flight, None)
     last = data.get("last_rollout")
     if last:
         out.append(f"last rollout:   {str(last.get('commit'))[:12]} {last.get('status')}: {last.get('reason')}")
@@ -261,6 +264,8 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         elif rollback.get("nodes"):
             out.append(f"  rolled back {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}"
                        + (f"; resumed {', '.join(rollback['resumed'])}" if rollback.get("resumed") else ""))
+        if not flight:  # the last upgrade's final states (a rollout in flight shows its own above)
+            out += ["  " + line for line in upgrade_view.status_lines(None, last)]
     for commit, why in sorted((data.get("rolled_back") or {}).items(), key=lambda kv: -float(kv[1].get("at", 0))):
         drained = "; ".join(f"{n}: {r}" for n, r in sorted((why.get("drained") or {}).items()))
         out.append(f"rolled back:    {commit[:12]} (not applied again; `reconciler rollout retry {commit[:12]}`): "
@@ -345,7 +350,7 @@ def rollout() -> None:
 def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
     """The rollout in flight, the last one with its timeline, and the commits rolled back."""
     data = status_data(_state_dir(config_path, state_dir))
-    keys = ("rollout_in_flight", "last_rollout", "rolled_back")
+    keys = ("rollout_in_flight", "last_rollout", "rolled_back", "upgrade")
     if fmt == "json":
         click.echo(json.dumps({k: data[k] for k in keys}, indent=2, default=str))
         return

@@ -370,7 +370,8 @@ class Reconciler:
                     self._mark_applied(target)
             elif not self.acts():
                 outcome, error = "drift", "not applied: this daemon lost the lease before applying"
-            elif not is_drift and target.loaded.state.rollout.waves == "progressive":
+            elif not is_drift and (target.loaded.state.rollout.waves == "progressive"
+                                   or target.loaded.state.rollout.upgrade is not None):  # reboots go node by node
                 rollout = self._rollout(run, plan, target, run_id, log)
                 applied = len(rollout.applied)
                 self.store.mark_healed(rollout.applied)

@@ -9,6 +9,7 @@ every node check (`gpu_faults`): a failed item whose message `reconciler.checks.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections import Counter as Tally
@@ -107,17 +108,27 @@ class Metrics:
         self.gpu_fault = Gauge("reconciler_gpu_fault", "1 for each GPU fault in the latest result of a node check "
                                "(gpu: its index, empty for the node's GPUs as a whole; kind: xid, ecc, nvlink, ...)",
                                ["node", "gpu", "kind"], registry=r)
+        self.node_upgrade_state = Gauge("reconciler_node_upgrade_state", "Per node of a reboot-aware upgrade (the "
+                                        "one in flight, else the last): 1 for its current state, 0 for the others",
+                                        ["node", "state"], registry=r)
+        self._upgrade_lock = threading.Lock()
 
     def serve(self, listen: str, page: Callable[[], str] | None = None,
-              runs: Callable[[int], str] | None = None) -> Any:
-        """Serve /metrics (PAGE's HTML at /, RUNS' JSON at /runs.json) on host:port in a thread; return the server."""
+              runs: Callable[[int], str] | None = None, upgrade: Callable[[], dict[str, Any] | None] | None = None
+              ) -> Any:
+        """Serve /metrics (PAGE's HTML at /, RUNS' JSON at /runs.json) on host:port in a thread; return the server.
+
+        UPGRADE, when given, is read at each scrape (the upgrade's journal record) for reconciler_node_upgrade_state.
+        """
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
 
         class Server(ThreadingWSGIServer):
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-        httpd = make_server(host, int(port), wsgi_app(self.registry, page, runs), Server, handler_class=_QuietHandler)
+        refresh = (lambda: self.set_upgrade(upgrade())) if upgrade is not None else None
+        httpd = make_server(host, int(port), wsgi_app(self.registry, page, runs, refresh, self._upgrade_lock), Server,
+                            handler_class=_QuietHandler)
         threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http").start()
         return httpd
 
@@ -146,6 +157,14 @@ class Metrics:
         for node, gpu, kind in sorted(faults):
             self.gpu_fault.labels(node=node, gpu=gpu, kind=kind).set(1)
 
+    def set_upgrade(self, upgrade: dict[str, Any] | None) -> None:
+        """Set reconciler_node_upgrade_state from an upgrade record (`record["upgrade"]`; None: no series)."""
+        from reconciler.daemon.upgrade_view import metric_series
+
+        self.node_upgrade_state.clear()
+        for (node, state), value in sorted(metric_series(upgrade).items()):
+            self.node_upgrade_state.labels(node=node, state=state).set(value)
+
     def set_commit(self, info: Info, commit: str | None, subject: str | None = None) -> None:
         """Set a commit info metric."""
         info.info({"commit": commit or "", "subject": (subject or "")[:200]})
@@ -165,9 +184,14 @@ SECURITY_HEADERS = [("Content-Security-Policy", "default-src 'none'; style-src '
 
 
 def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None,
-             runs: Callable[[int], str] | None = None) -> Callable[..., Iterable[bytes]]:
-    """The listener's WSGI app: /metrics, / the status page, /runs.json (for a pair's peer); read-only."""
+             runs: Callable[[int], str] | None = None, refresh: Callable[[], None] | None = None,
+             lock: threading.Lock | None = None) -> Callable[..., Iterable[bytes]]:
+    """The listener's WSGI app: /metrics, / the status page, /runs.json (for a pair's peer); read-only.
+
+    REFRESH runs before each /metrics answer (under LOCK, so two scrapes never see each other's half-set gauge).
+    """
     metrics = make_wsgi_app(registry)
+    lock = lock or threading.Lock()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO") or "/", environ.get("REQUEST_METHOD", "GET")
@@ -175,7 +199,12 @@ def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None,
             start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
             return [b"read-only\n"]
         if path == "/metrics":
-            return metrics(environ, start_response)  # type: ignore[no-any-return]
+            with lock:
+                if refresh is not None:
+                    # an unreadable journal must not take /metrics down: the gauge then keeps its last values
+                    with contextlib.suppress(Exception):
+                        refresh()
+                return metrics(environ, start_response)  # type: ignore[no-any-return]
         if path in ("/", "/index.html") and page is not None:
             try:
                 body = page().encode()

@@ -183,7 +183,7 @@ class Daemon:
         server: Any = None
         if self.config.metrics_listen:
             server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None,
-                                   self._runs_json)
+                                   self._runs_json, self._upgrade)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
         reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
         reconciler.sessions = Sessions(float(self.config.seconds("ssh_idle_timeout")))
@@ -224,6 +224,12 @@ class Daemon:
             snapshot.daemon = self._daemon_name()
             snapshot.peer_runs, snapshot.peer_errors = peer_runs(self.config.ha.peers, MAX_RUNS)
         return render(snapshot)
+
+    def _upgrade(self) -> dict[str, Any] | None:
+        """The upgrade's journal record for reconciler_node_upgrade_state, read at each scrape."""
+        from reconciler.daemon.upgrade_view import load
+
+        return load(self.config.state_path / "state.db")
 
     def _daemon_name(self) -> str:
         from reconciler.ha.role import default_name

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reconciler.daemon import upgrade_view
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
@@ -274,6 +275,25 @@ def _timeline_rows(record: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+UPGRADE_BADGE = {"done": "applied", "failed": "failed", "rolled-back": "failed", "rolling-back": "failed",
+                 "upgrade-required": "muted"}
+
+
+def _upgrade_table(upgrade: dict[str, Any] | None, in_flight: bool, now: float) -> str:
+    """The per-node states of a reboot-aware upgrade, folded by state: nodes (jobs, reasons) and for how long."""
+    if upgrade is None:
+        return ""
+    rows = []
+    for group in upgrade_view.groups(upgrade_view.node_states(upgrade)):
+        cls = UPGRADE_BADGE.get(group.state, "drift")
+        nodes = "<br>".join(f"<code>{_t(n)}</code>" + (f" {_t(detail)}" if detail else "") for n, detail in group.parts)
+        rows.append([f'<span class="badge {cls}">{_t(group.state)}</span>', str(group.count), nodes,
+                     _t(upgrade_view.for_how_long(group, now))])
+    head = _t(upgrade_view.headline(upgrade, in_flight))
+    return (f'<div class="upgrade"><h4>Upgrade, node by node ({head})</h4>'
+            + _table(["state", "nodes", "which", "in it"], rows, "upgrade") + "</div>")
+
+
 def _rollout_section(s: Snapshot) -> str:
     """The rollout under way (wave n of m), the last rollouts with their timelines, the commits rolled back."""
     parts = []
@@ -284,7 +304,8 @@ def _rollout_section(s: Snapshot) -> str:
         nodes = waves[index]["nodeset"] if index < len(waves) else ""
         parts.append(f'<p><span class="badge drift">in flight</span> {_commit(flight.get("commit"))} wave '
                      f'{index + 1} of {len(waves)} (<code>{_t(nodes)}</code>): {_t(flight.get("phase"))}</p>')
-    for record in s.rollouts:
+        parts.append(_upgrade_table(upgrade_view.upgrade_of(flight), True, s.generated))
+    for number, record in enumerate(s.rollouts):
         status = str(record.get("status"))
         cls = {"complete": "applied", "rolled-back": "failed", "rollback-failed": "failed"}.get(status, "partial")
         parts.append(f'<h3>{_commit(record.get("commit"))} <span class="badge {cls}">{_t(status)}</span> '
@@ -300,6 +321,8 @@ def _rollout_section(s: Snapshot) -> str:
         rows = _timeline_rows(record)
         if rows:
             parts.append(_table(["wave", "nodes", "apply", "gates and soak", "result"], rows, "timeline"))
+        if number == 0 and not flight:  # the last upgrade's final states
+            parts.append(_upgrade_table(upgrade_view.upgrade_of(record), False, s.generated))
     if s.rolled_back:
         rows = [[_commit(commit), _t(why.get("gate")), f"<code>{_t(why.get('nodes'))}</code>", _t(why.get("message")),
                  f"<code>reconciler rollout retry {_t(commit[:12])}</code>"]

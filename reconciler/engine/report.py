@@ -24,6 +24,9 @@ RESET = "\033[0m"
 SYMBOLS = {"create": "+", "update": "~", "delete": "-", "unknown": "?", "error": "!", "ok": " "}
 MARKDOWN_LIMIT = 65_536
 MARKER = "<!-- reconciler:plan -->"
+# An `ok` change a driver adds on a node whose reboot or driver reload waits for running jobs (its summary says so).
+BUSY_RESOURCE = "running jobs"
+SUMMARY_CAP = 300  # characters of one change summary in the reboot line
 
 
 def _colour_diff(diff: str, colour: bool) -> str:
@@ -66,13 +69,31 @@ def _followups_text(plan: Plan) -> list[str]:
 
 
 def _needs_text(plan: Plan) -> list[str]:
-    """The changes that take effect only after a reboot or driver reload: `apply` holds them unless allowed."""
+    """The changes that take effect only after a reboot or driver reload: `apply` holds them unless allowed; then
+    how many nodes that reboots (or reloads), how many wait for running jobs, and the versions (the summaries)."""
     needing: dict[str, set[str]] = {}
+    moves: dict[str, list[str]] = {}
     for change in plan.changing():
         if change.needs:
             needing.setdefault(change.needs, set()).add(change.node)
-    return [f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes unless "
-            f"given --allow {needs}" for needs, nodes in needing.items()]
+            text = change.summary.removesuffix(f" ({NEEDS_TEXT[change.needs]})")
+            if text and text not in moves.setdefault(change.needs, []):
+                moves[change.needs].append(text)
+    busy = {c.node for c in plan.changes if c.resource == BUSY_RESOURCE and c.action == "ok"}
+    lines = []
+    for needs, nodes in needing.items():
+        lines.append(f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes unless "
+                     f"given --allow {needs}")
+        verb = "reboots" if needs == "reboot" else "reloads the driver on"
+        words = f"{verb} {len(nodes):,} node{'s' if len(nodes) != 1 else ''}"
+        if waiting := sorted(nodes & busy):
+            words += (f"; {len(waiting):,} wait{'s' if len(waiting) == 1 else ''} for running jobs "
+                      f"({fold_names(waiting, SET_CAP)})")
+        shown = [text if len(text) <= SUMMARY_CAP else text[:SUMMARY_CAP] + "…" for text in moves.get(needs, [])]
+        if shown:
+            words += ": " + "; ".join(shown[:3]) + (f"; and {len(shown) - 3} more" if len(shown) > 3 else "")
+        lines.append(f"  {words}")
+    return lines
 
 
 def render_text(plan: Plan, colour: bool = False, show_diffs: bool = True, per_node: bool = False) -> str:

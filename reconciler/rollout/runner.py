@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from reconciler import hostlist
 from reconciler.backend.base import Transport
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.drivers.node_state import ours, resume_command
+from reconciler.drivers.slurm_reboot import UPGRADE_PREFIX
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.before_image import BeforeImage, capture
 from reconciler.engine.context import Context
@@ -29,10 +30,12 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
-from reconciler.inventory import slurm_nodes
+from reconciler.inventory import node_specs, slurm_nodes
 from reconciler.loader import LoadedState
 from reconciler.rollout.failpoints import failpoint
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
+from reconciler.rollout.upgrade import UpgradeMachine
+from reconciler.rollout.upgrade_hooks import RealHooks
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
 
 LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
@@ -141,6 +144,10 @@ class RolloutRunner:
         self.journal, self.log, self.on_event = journal, log, on_event
         self.gates = Gates(new, transport, gate_timeout(new.state), options.should_stop, log)
         self.pending: list[FollowUp] = []  # follow-ups a killed process journaled and did not run
+        # rollout.upgrade: changes needing a reboot/driver reload are held by the waves' apply and go through the
+        # upgrade machine node by node (reconciler/rollout/upgrade.py) instead of being reported held
+        self.upgrade = new.state.rollout.upgrade
+        self.wave_options = replace(options, allow=frozenset()) if self.upgrade else options
 
     # ------------------------------------------------------------ planning
 
@@ -201,7 +208,7 @@ class RolloutRunner:
             applied = self._apply(self.new, wave.nodes, record)
             failpoint("wave.after-apply")
             result.applied += applied.applied
-            result.held += applied.held
+            result.held += [] if self.upgrade else applied.held
             result.steps += applied.steps
             for node, messages in applied.failures.items():
                 result.failures.setdefault(node, []).extend(messages)
@@ -218,12 +225,16 @@ class RolloutRunner:
                 failed = GateResult("apply", False, "; ".join(problems + ([applied.stopped] if applied.stopped
                                                                            else []))[:500],
                                     sorted(applied.failures), failed=applied.failed[:MAX_FAILED])
+            gated_nodes = wave.nodes
+            if failed is None and self.upgrade is not None:
+                failed, out = self._upgrade(sorted({c.node for c in applied.held}), record, entry)
+                gated_nodes = [n for n in wave.nodes if n not in out]
             if failed is None and wave.gated:
                 record.update(phase="gating")
                 self.journal.save(record)
                 failpoint("wave.before-gates")
                 for name in waves.gates:
-                    gate = self.gates.run(name, wave.nodes, before)
+                    gate = self.gates.run(name, gated_nodes, before)
                     entry["gates"].append(gate.as_dict())
                     self.log(f"rollout: wave {wave.index} gate {name}: {'passed' if gate.ok else 'FAILED'}"
                              f" ({gate.message})")
@@ -269,10 +280,38 @@ class RolloutRunner:
             record["before_image"] = image.model_dump(mode="json")
         record["pending_followups"] = [step.model_dump(mode="json") for step in plan.followups]
         self.journal.save(record)
-        result = run.apply(plan, self.options, log=self.log)
+        result = run.apply(plan, self.wave_options, log=self.log)
         record.pop("pending_followups", None)
         self.journal.save(record)
         return result
+
+    # ------------------------------------------------------------ upgrades (reboot, driver reload)
+
+    def _machine(self, record: dict[str, Any]) -> UpgradeMachine:
+        assert self.upgrade is not None
+        hooks = RealHooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log).hooks()
+        return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
+                              record, self.log, self.options.should_stop, self.options.poll_interval)
+
+    def _upgrade(self, held: list[str], record: dict[str, Any],
+                 entry: dict[str, Any]) -> tuple[GateResult | None, set[str]]:
+        """The wave's nodes whose changes need a reboot/driver reload (and any a killed process left in flight)
+        through the upgrade machine; a failed gate past the failure budget, and the nodes left out of the gates."""
+        machine = self._machine(record)
+        nodes = held + [n for n in machine.in_flight() if n not in held]
+        if not nodes:
+            return None, set()
+        self.log(f"rollout: upgrading {hostlist.compress(nodes)} node by node "
+                 f"(max_unavailable {self.upgrade.max_unavailable if self.upgrade else 1})")
+        outcome = machine.run(nodes)
+        entry["upgrade"] = {"done": outcome.done, "failed": outcome.failed, "skipped": outcome.skipped,
+                            "rolled_back": outcome.rolled_back}
+        out = set(outcome.failed) | set(outcome.skipped)
+        if outcome.stopped:
+            return GateResult("upgrade", False, "stop requested during the upgrade", sorted(out)), out
+        if outcome.over_budget:
+            return GateResult("upgrade", False, outcome.message, sorted(outcome.failed)), out
+        return None, out
 
     # ------------------------------------------------------------ rolling back
 
@@ -287,6 +326,8 @@ class RolloutRunner:
         self.journal.save(record)
         self.on_event("failed", result.as_dict())
         started = time.time()
+        if self.upgrade is not None and record.get("upgrade", {}).get("work"):
+            self._machine(record).roll_back(reached)  # a downgrade and a reboot: the plain apply would hold it
         if self.old is None:
             return self._restore(record, reached, before, gate, result, started)
         self.log(f"rollout: rolling back {hostlist.compress(reached)} to {str(self.old.commit)[:12]}")
@@ -344,7 +385,7 @@ class RolloutRunner:
                 self.log(f"rollout: cannot read Slurm's view to resume drains: {now.error}")
                 return resumed
             found = [(n, r) for n, r in sorted(new_drains(before, now, nodes).items())
-                     if n not in resumed and (script_drain(r) or ours(r))]
+                     if n not in resumed and (script_drain(r) or ours(r)) and not r.startswith(UPGRADE_PREFIX)]
             if not found:
                 return resumed
             for node, reason in found:

@@ -1,0 +1,77 @@
+"""The Slurm side of an upgrade, as data: how a node is drained, rebooted through Slurm's RebootProgram, seen
+back and resumed (`RebootSteps`), and how its driver stack is reloaded without a reboot (`ReloadSteps`).
+
+Slurm 22.05 refuses `scontrol reboot ... nextstate=DRAIN`, and an ASAP reboot clears the DRAIN flag: so the node
+is drained first with a `reconciler: upgrade <commit>` reason, and the plain `scontrol reboot NODE` is issued once
+its jobs are gone; Slurm reboots it and it comes back still drained (`... : reboot issued`), ready for the gates.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from reconciler.drivers.node_state import UPGRADE_PREFIX, drain_command, responding_command, resume_command
+from reconciler.model import ServiceManager
+from reconciler.model_upgrade import DriverReload
+from reconciler.rollout.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.services import control_command
+
+BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
+
+
+def upgrade_reason(commit: str | None) -> str:
+    """The drain reason of a node under upgrade to COMMIT."""
+    return f"{UPGRADE_PREFIX} {str(commit or 'local')[:12]}"
+
+
+def failed_reason(commit: str | None, why: str) -> str:
+    """The drain reason a node keeps when its upgrade failed (one line, bounded)."""
+    text = " ".join(why.split())
+    return f"{upgrade_reason(commit)} failed: {text}"[:240]
+
+
+def reboot_steps(controller: str, node: str, commit: str | None) -> RebootSteps:
+    """How the upgrade takes NODE out, reboots it through Slurm and brings it back (as data)."""
+    q = shlex.quote(node)
+    show = f"scontrol show node -o {q}"
+    return RebootSteps(
+        run_on=controller,
+        drained=f"{show} | grep -Eq 'State=[^ ]*DRAIN'",
+        ours=f"{show} | grep -Eq 'State=[^ ]*DRAIN' && {show} | grep -qF {shlex.quote('Reason=' + UPGRADE_PREFIX)}",
+        drain=drain_command(node, upgrade_reason(commit)),
+        jobs=f"squeue -h -w {q} -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o %A",
+        reboot=f"scontrol reboot {q}",
+        pending=f"{show} | grep -Eq 'State=[^ ]*REBOOT'",
+        boot_id=BOOT_ID,
+        registered=f"{responding_command(node)} && ! {show} | grep -Eq 'State=[^ ]*REBOOT'",
+        resume=resume_command(node))
+
+
+def fail_command(node: str, commit: str | None, why: str) -> str:
+    """Keeps NODE drained, its reason saying why its upgrade failed."""
+    return drain_command(node, failed_reason(commit, why))
+
+
+def reload_steps(reload: DriverReload, manager: ServiceManager) -> ReloadSteps:
+    """Stop the services, unload the modules in order (those loaded), load them back in reverse, start the
+    services (under the node's service manager)."""
+    q = shlex.quote
+    commands = [control_command(manager, "stop", s) for s in reload.stop]
+    commands += [f"if [ -d /sys/module/{q(m.replace('-', '_'))} ]; then modprobe -r {q(m)}; fi" for m in reload.modules]
+    commands += [f"modprobe {q(m)}" for m in reversed(reload.modules)]
+    commands += [control_command(manager, "start", s) for s in reload.start]
+    return ReloadSteps(commands=commands)
+
+
+def installed_version_command(package: str) -> str:
+    """Prints PACKAGE's installed version (dpkg's, else rpm's); empty when it is not installed."""
+    q = shlex.quote(package)
+    return (f"v=$(dpkg-query -W -f='${{db:Status-Status}} ${{Version}}' {q} 2>/dev/null | sed -n 's/^installed //p'); "
+            f"[ -n \"$v\" ] || v=$(rpm -q --qf '%{{VERSION}}' {q} 2>/dev/null | grep -v 'not installed'); "
+            "printf '%s\\n' \"$v\"")
+
+
+def upstream(version: str) -> str:
+    """The upstream part of a package version, as the driver prints it: `1:570.86.15-1` -> `570.86.15`."""
+    text = version.strip().split(":", 1)[-1]
+    return text.rsplit("-", 1)[0] if "-" in text else text

@@ -1,0 +1,246 @@
+"""Slurm-aware order of package changes: slurmdbd (after the declared backup), then the controllers, then slurmd
+and the commands; refused, naming the rule, when Slurm's release window or slurmd <= slurmctld would break.
+
+The engine stays blind to what a package is: this driver reads the plan the package driver made and the package
+facts, and sets phases and scope on the Slurm package transactions (data the Applier and the rollout already
+obey), or turns them into errors. How: in one plan, phase 36 the backup (on the slurmdbd node), 37 the slurmdbd
+node's transaction, 38 the controllers', 39 every other node moving a Slurm package; the slurmdbd and controller
+transactions are `cluster` scope, so a commit moving them goes out as one gated wave in that order (the Applier
+stops after a phase with a failed node past its budget, and skips the later phases of a failed node). A commit
+moving only slurmd and the commands goes out in the usual waves. It also marks (an `ok` change, resource
+`running jobs`) the nodes whose reboot or driver reload waits for running jobs, for the plan's words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reconciler import hostlist, versions
+from reconciler import upgrade_rules as rules
+from reconciler.drivers.packages import PackagesDriver, Wanted
+from reconciler.engine.context import Context
+from reconciler.engine.followups import FollowUp
+from reconciler.engine.ops import RunCommand
+from reconciler.engine.plan import Change, Plan
+from reconciler.engine.report import BUSY_RESOURCE
+from reconciler.engine.undo import Restore
+from reconciler.facts import packages as pkgfacts
+from reconciler.facts.gather import FactRequest
+from reconciler.facts.models import NodeFacts
+from reconciler.versions import Backend
+
+BACKUP_PHASE, DBD_PHASE, CTLD_PHASE, SLURMD_PHASE = 36, 37, 38, 39
+BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+TIERS = {"slurmdbd": 1, "slurmctld": 2, "slurmd": 3}
+
+
+@dataclass(frozen=True)
+class SlurmPackage:
+    """One Slurm package on one node: installed (`before`) and planned (`after`) versions (None: not installed)."""
+
+    node: str
+    name: str
+    role: rules.SlurmRole
+    before: str | None
+    after: str | None
+    entry: int
+
+    @property
+    def moves(self) -> bool:
+        """True when the plan changes its version."""
+        return self.before != self.after
+
+    def at(self, stage: int, node_stage: int) -> str | None:
+        """Its version once the nodes of stages <= STAGE have moved (its node moves at NODE_STAGE)."""
+        return self.after if node_stage <= stage else self.before
+
+    @property
+    def where(self) -> str:
+        """Its key path in the desired state."""
+        return f"packages[{self.entry}].packages.{self.name}"
+
+
+def _target(backend: Backend, want: Wanted, found: pkgfacts.PackageFacts) -> str | None:
+    """The version the package driver moves the package to (as drivers/packages.py decides; None: removed)."""
+    have = found.installed.get(want.name)
+    current = have.version if have else None
+    if want.spec.version == "absent":
+        return None
+    if current is not None and (not want.spec.pinned or versions.matches(backend, want.spec.version, current)):
+        return current
+    offered = found.candidates.get(want.name, [])
+    target = versions.resolve(backend, want.spec.version, offered) if want.spec.pinned else \
+        versions.highest(backend, offered)
+    return target if target is not None else current  # not offered: the package driver's error, no move here
+
+
+def slurm_packages(ctx: Context, node: str) -> list[SlurmPackage]:
+    """The Slurm packages `packages:` names for NODE with their versions now and after the plan ([]: no facts)."""
+    wanted, _ = PackagesDriver().wanted(ctx, node)
+    named = {n: w for n, w in wanted.items() if rules.slurm_role(n)}
+    raw = (ctx.facts.extra.get(pkgfacts.FACTS_KEY) or {}).get(node)
+    if not named or raw is None:
+        return []
+    found = pkgfacts.PackageFacts.from_json(raw)
+    if found.errors or found.backend not in ("apt", "dnf"):
+        return []
+    backend: Backend = "apt" if found.backend == "apt" else "dnf"
+    out = []
+    for name, want in sorted(named.items()):
+        have = found.installed.get(name)
+        role = rules.slurm_role(name)
+        assert role is not None
+        out.append(SlurmPackage(node, name, role, have.version if have else None, _target(backend, want, found),
+                                want.entry))
+    return out
+
+
+def _stage(ctx: Context, node: str, packages: list[SlurmPackage]) -> int:
+    """When NODE's Slurm packages move: 1 with slurmdbd, 2 a controller, 3 every other node."""
+    if any(p.role == "slurmdbd" for p in packages):
+        return TIERS["slurmdbd"]
+    if node in ctx.state.cluster.controller_names or any(p.role == "slurmctld" for p in packages):
+        return TIERS["slurmctld"]
+    return TIERS["slurmd"]
+
+
+def _rel(version: str | None) -> str | None:
+    return rules.release(version) if version else None
+
+
+def _nodes(items: Iterable[SlurmPackage]) -> str:
+    names = sorted({p.node for p in items})
+    return hostlist.compress(names[:64]) + (f" and {len(names) - 64} more" if len(names) > 64 else "")
+
+
+def _window(packages: list[SlurmPackage]) -> list[str]:
+    """Each moving package's own step: within Slurm's window, never back a release."""
+    found: dict[tuple[str, str, str], list[SlurmPackage]] = {}
+    for p in packages:
+        old, new = _rel(p.before), _rel(p.after)
+        if p.moves and old and new and (why := rules.window_problem(old, new)):
+            found.setdefault((p.name, why[0], why[1]), []).append(p)
+    return [f"{name} on {_nodes(items)} ({items[0].where}): {why} (rule {rule})"
+            for (name, rule, why), items in found.items()]
+
+
+def _at(p: SlurmPackage, stage: int, stage_of: dict[str, int]) -> str | None:
+    """P's release once the nodes of stages <= STAGE have moved."""
+    return _rel(p.at(stage, stage_of[p.node]))
+
+
+def _skew(everything: list[SlurmPackage], stage_of: dict[str, int]) -> list[str]:
+    """At each moment of the order (after slurmdbd, after the controllers, at the end): slurmdbd >= slurmctld >=
+    slurmd and the commands, each within the newer one's window; only what this plan moved is blamed. The
+    commands on a slurmdbd or controller node move with its daemon (one transaction), not with slurmd."""
+    seen: dict[str, list[SlurmPackage]] = {}
+    for stage in (1, 2, 3):
+        moved = {id(p) for p in everything if p.moves and stage_of[p.node] <= stage}
+        upper = [p for p in everything if p.role == "slurmdbd" and _at(p, stage, stage_of)]
+        middle = [p for p in everything if p.role == "slurmctld" and _at(p, stage, stage_of)]
+        lower = [p for p in everything if (p.role == "slurmd" or (p.role == "client" and stage_of[p.node] == 3))
+                 and _at(p, stage, stage_of)]
+        for low_role, lows, highs, rule in (("slurmctld", middle, upper, rules.DBD_RULE),
+                                            ("slurmd", lower, middle, rules.NEWER_RULE)):
+            for low in lows:
+                for high in highs:
+                    if id(low) not in moved and id(high) not in moved:
+                        continue
+                    lo, hi = _at(low, stage, stage_of), _at(high, stage, stage_of)
+                    assert lo and hi
+                    if rules.release_key(lo) > rules.release_key(hi):
+                        text = (f"{low.name} {lo} on {{nodes}} ({{where}}) would run with {high.name} {hi} on "
+                                f"{high.node}: {low_role if low.role != 'client' else 'the commands'} newer than "
+                                f"{high.role} (rule {rule}); move {high.name} first, in this commit or an earlier one")
+                    elif (why := rules.window_problem(lo, hi)) is not None:
+                        text = (f"{low.name} {lo} on {{nodes}} would run with {high.name} {hi} on {high.node}: "
+                                f"{why[1]} (rule {why[0]})")
+                    else:
+                        continue
+                    seen.setdefault(text, []).append(low)
+    out = [text.format(nodes=_nodes(items), where=items[0].where) for text, items in seen.items()]
+    if not [p for p in everything if p.role == "slurmctld"]:
+        jumps = [p for p in everything if p.role in ("slurmd", "client") and p.moves
+                 and _rel(p.after) and _rel(p.after) != _rel(p.before)]
+        if jumps:
+            out.append(f"{jumps[0].name} moves to Slurm {_rel(jumps[0].after)} on {_nodes(jumps)} but slurmctld's "
+                       f"version is not known: name slurmctld in packages: for the controllers (rule "
+                       f"{rules.NEWER_RULE})")
+    return out
+
+
+class SlurmUpgradeDriver:
+    """Orders the Slurm package transactions of a plan (slurmdbd after its backup, controllers, slurmd) or refuses
+    them naming the rule; marks the nodes whose reboot waits for running jobs."""
+
+    name = "slurm-upgrade"
+    phase = BACKUP_PHASE
+
+    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
+        """Nothing of its own: the package driver gathers the versions."""
+
+    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
+        """Nothing per node: the order needs the whole plan (followups)."""
+        return []
+
+    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
+        """Order or refuse the plan's Slurm package transactions; mark busy nodes. No follow-up steps of its own."""
+        self._order(ctx, plan)
+        self._mark_busy(ctx, plan)
+        return []
+
+    def _order(self, ctx: Context, plan: Plan) -> None:
+        per_node = {spec.name: found for spec in ctx.targets() if (found := slurm_packages(ctx, spec.name))}
+        for name in ctx.state.cluster.controller_names:  # a controller outside --limit still bounds slurmd
+            if name not in per_node and (found := slurm_packages(ctx, name)):
+                per_node[name] = [SlurmPackage(p.node, p.name, p.role, p.before, p.before, p.entry) for p in found]
+        moving = {node for node, items in per_node.items() if any(p.moves for p in items)}
+        if not moving:
+            return
+        stage_of = {node: _stage(ctx, node, items) for node, items in per_node.items()}
+        everything = [p for items in per_node.values() for p in items]
+        refusals = _window(everything) + _skew(everything, stage_of)
+        backups = [p for p in everything if p.role == "slurmdbd" and p.moves and _rel(p.before)
+                   and _rel(p.after) and _rel(p.before) != _rel(p.after)]
+        command = ctx.state.rollout.slurm_upgrade.backup
+        if backups and command is None:
+            refusals.append(f"slurmdbd {backups[0].before} → {backups[0].after} on {_nodes(backups)} converts the "
+                            f"accounting database: set rollout.slurm_upgrade.backup to the command that backs it up "
+                            f"first (rule {rules.BACKUP_RULE})")
+        if refusals:
+            self._refuse(plan, moving, refusals)
+            return
+        for change in plan.changing():
+            if change.driver != PackagesDriver.name or change.node not in moving:
+                continue
+            stage = stage_of[change.node]
+            change.phase = {1: DBD_PHASE, 2: CTLD_PHASE}.get(stage, SLURMD_PHASE)
+            if stage < TIERS["slurmd"]:
+                change.scope = "cluster"
+        for node in sorted({p.node for p in backups}):
+            assert command is not None
+            step = next(p for p in backups if p.node == node)
+            plan.changes.append(Change(
+                node=node, driver=self.name, resource="slurmdbd backup", action="update", phase=BACKUP_PHASE,
+                scope="cluster", summary=f"back up the accounting database before slurmdbd {step.before} → "
+                f"{step.after}: {command}", ops=[RunCommand(command=command, description="slurmdbd backup")],
+                restore=Restore(summary="nothing to restore: the backup stays where it was written")))
+
+    def _refuse(self, plan: Plan, moving: set[str], refusals: list[str]) -> None:
+        """Every transaction moving a Slurm package becomes an error naming the rules (none of it is applied)."""
+        summary = "Slurm upgrade refused: " + "; ".join(refusals)
+        for index, change in enumerate(plan.changes):
+            if change.driver == PackagesDriver.name and change.node in moving and change.changing:
+                plan.changes[index] = Change(node=change.node, driver=change.driver, resource=change.resource,
+                                             action="error", phase=change.phase, summary=summary)
+                plan.errors.append(f"{change.node}: {summary}")
+
+    def _mark_busy(self, ctx: Context, plan: Plan) -> None:
+        """An `ok` change on each node whose reboot or driver reload must wait for its running jobs."""
+        needing = sorted({c.node for c in plan.changing() if c.needs})
+        for node in needing:
+            fact = ctx.facts.slurm_nodes.get(node)
+            if fact is not None and fact.flags & BUSY_STATES:
+                plan.changes.append(Change(node=node, driver=self.name, resource=BUSY_RESOURCE, action="ok",
+                                           summary=f"{fact.state}: the reboot or reload waits for its running jobs"))

@@ -1,0 +1,256 @@
+"""The per-node states of a reboot-aware upgrade, as `reconciler status`, the status page and the metric show them.
+
+The upgrade machine (reconciler/rollout/upgrade.py) journals `record["upgrade"]` in the rollout record before each
+step: `{"nodes": {NODE: {"state", "since", "reason", "boot_id", "jobs"}}, "max_unavailable": N, "failed": [...]}`.
+This module only reads that record (the one in flight, else the last rollout's); it never writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconciler import hostlist
+
+# The machine's states in the order a node goes through them (status lists states in this order).
+STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
+          "done", "failed", "rolling-back", "rolled-back")
+# where the node's reason says why (upgrade-required: why it was skipped, e.g. an admin's drain)
+REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back"})
+JOB_STATES = frozenset({"draining", "waiting-for-jobs"})  # where the node's running jobs are worth a word
+
+
+@dataclass(frozen=True)
+class NodeUpgrade:
+    """One node's upgrade state as journalled."""
+
+    node: str
+    state: str
+    since: float | None
+    reason: str | None
+    boot_id: str | None
+    jobs: int
+
+    @property
+    def detail(self) -> str | None:
+        """What is said beside the node: its running jobs while it drains, why it failed or was rolled back."""
+        if self.state in JOB_STATES and self.jobs > 0:  # -1: the machine could not count them
+            return f"{self.jobs} job" + ("s" if self.jobs != 1 else "")
+        if self.state in REASON_STATES and self.reason:
+            return self.reason
+        return None
+
+
+@dataclass(frozen=True)
+class StateGroup:
+    """The nodes in one state: node sets by detail (jobs, reason), the oldest and newest `since`."""
+
+    state: str
+    count: int
+    parts: tuple[tuple[str, str | None], ...]  # (hostlist, detail)
+    oldest: float | None
+    newest: float | None
+
+    @property
+    def nodes(self) -> str:
+        """Every node of the group as one hostlist."""
+        return ",".join(nodes for nodes, _ in self.parts)
+
+
+def upgrade_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A rollout record's upgrade part, if it has one with nodes."""
+    upgrade = record.get("upgrade") if isinstance(record, dict) else None
+    return upgrade if isinstance(upgrade, dict) and isinstance(upgrade.get("nodes"), dict) else None
+
+
+def current(in_flight: dict[str, Any] | None, last: dict[str, Any] | None) -> tuple[dict[str, Any], bool] | None:
+    """The upgrade to show: the one in flight, else the last rollout's (its final states); with in-flight or not."""
+    if in_flight is not None:
+        upgrade = upgrade_of(in_flight)
+        return (upgrade, True) if upgrade is not None else None
+    upgrade = upgrade_of(last) or from_timeline(last)
+    return (upgrade, False) if upgrade is not None else None
+
+
+def from_timeline(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The final states of an ended rollout's upgrade, from its waves' summaries (`timeline[i]["upgrade"]`:
+    done, failed {node: why}, skipped {node: why}, rolled_back), when the record keeps no `upgrade` of its own.
+
+    Those summaries have no times: the nodes come without `since`. A skipped node never started: upgrade-required.
+    """
+    nodes: dict[str, dict[str, Any]] = {}
+    for entry in (record or {}).get("timeline") or []:
+        summary = entry.get("upgrade") if isinstance(entry, dict) else None
+        if not isinstance(summary, dict):
+            continue
+        for node in summary.get("done") or []:
+            nodes[str(node)] = {"state": "done"}
+        for key, state in (("skipped", "upgrade-required"), ("failed", "failed")):
+            found = summary.get(key) or {}
+            for node, why in (found.items() if isinstance(found, dict) else ((n, None) for n in found)):
+                nodes[str(node)] = {"state": state, "reason": why}
+        for node in summary.get("rolled_back") or []:
+            nodes[str(node)] = {"state": "rolled-back", "reason": (nodes.get(str(node)) or {}).get("reason")}
+    return {"nodes": nodes, "failed": sorted(n for n, e in nodes.items() if e["state"] == "failed")} if nodes else None
+
+
+def node_states(upgrade: dict[str, Any]) -> list[NodeUpgrade]:
+    """Every node of UPGRADE, by name; a field the record lacks or garbles reads as absent, never raises."""
+    out = []
+    for node, entry in sorted((upgrade.get("nodes") or {}).items()):
+        entry = entry if isinstance(entry, dict) else {}
+        out.append(NodeUpgrade(str(node), str(entry.get("state") or "unknown"), _number(entry.get("since")),
+                               _text(entry.get("reason")), _text(entry.get("boot_id")),
+                               int(_number(entry.get("jobs")) or 0)))
+    return out
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def state_order(state: str) -> tuple[int, str]:
+    """Known states in the machine's order, unknown ones after them by name."""
+    return (STATES.index(state), "") if state in STATES else (len(STATES), state)
+
+
+def groups(nodes: Iterable[NodeUpgrade]) -> list[StateGroup]:
+    """The nodes folded by state (then by detail, as hostlists), states in the machine's order."""
+    by_state: dict[str, list[NodeUpgrade]] = {}
+    for n in nodes:
+        by_state.setdefault(n.state, []).append(n)
+    out = []
+    for state in sorted(by_state, key=state_order):
+        members = by_state[state]
+        by_detail: dict[str | None, list[str]] = {}
+        for n in members:
+            by_detail.setdefault(n.detail, []).append(n.node)
+        parts = sorted(((hostlist.compress(names), detail) for detail, names in by_detail.items()),
+                       key=lambda p: p[0])
+        sinces = [n.since for n in members if n.since is not None]
+        out.append(StateGroup(state, len(members), tuple(parts), min(sinces, default=None),
+                              max(sinces, default=None)))
+    return out
+
+
+def duration(seconds: float) -> str:
+    """A short duration: 45s, 12 min, 3.0 h."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def for_how_long(group: StateGroup, now: float) -> str:
+    """How long the group's nodes have been in their state: one figure, or the shortest to the longest."""
+    if group.oldest is None or group.newest is None:
+        return ""
+    longest, shortest = duration(now - group.oldest), duration(now - group.newest)
+    return f"for {longest}" if longest == shortest else f"for {shortest} to {longest}"
+
+
+def part_text(nodes: str, detail: str | None) -> str:
+    """A node set with its detail: `gpu05 (1 job)`."""
+    return f"{nodes} ({detail})" if detail else nodes
+
+
+def headline(upgrade: dict[str, Any], in_flight: bool, commit: str | None = None) -> str:
+    """One line: how many nodes, how many done and failed, the limit on nodes out at a time."""
+    nodes = node_states(upgrade)
+    tally = {s: sum(1 for n in nodes if n.state == s) for s in ("done", "failed", "rolled-back")}
+    words = [f"{len(nodes)} node(s)", f"{tally['done']} done"]
+    words += [f"{tally[s]} {s}" for s in ("failed", "rolled-back") if tally[s]]
+    limit = upgrade.get("max_unavailable")
+    where = ("in flight" if in_flight else "ended") + (f" ({commit[:12]})" if commit else "")
+    return f"{where}: " + ", ".join(words) + (f"; at most {limit} out at a time" if limit is not None else "")
+
+
+def lines(upgrade: dict[str, Any], in_flight: bool, now: float | None = None,
+          commit: str | None = None) -> list[str]:
+    """The upgrade part of `reconciler status`: a headline, then one line per state with its nodes and time."""
+    now = time.time() if now is None else now
+    out = [f"upgrade:        {headline(upgrade, in_flight, commit)}"]
+    for group in groups(node_states(upgrade)):
+        text = ", ".join(part_text(nodes, detail) for nodes, detail in group.parts)
+        took = for_how_long(group, now)
+        out.append(f"  {group.state}: {text}" + (f"  ({took})" if took else ""))
+    return out
+
+
+def as_json(upgrade: dict[str, Any], in_flight: bool, now: float | None = None) -> dict[str, Any]:
+    """The upgrade for `status --format json`: the states folded, and every node with its seconds in its state."""
+    now = time.time() if now is None else now
+    nodes = node_states(upgrade)
+    return {
+        "in_flight": in_flight,
+        "max_unavailable": upgrade.get("max_unavailable"),
+        "failed": list(upgrade.get("failed") or []),
+        "states": [{"state": g.state, "count": g.count, "nodes": g.nodes,
+                    "parts": [{"nodes": nodes, "detail": detail} for nodes, detail in g.parts],
+                    "longest_s": None if g.oldest is None else round(now - g.oldest, 1),
+                    "shortest_s": None if g.newest is None else round(now - g.newest, 1)} for g in groups(nodes)],
+        "nodes": {n.node: {"state": n.state, "since": n.since,
+                           "seconds": None if n.since is None else round(now - n.since, 1),
+                           "reason": n.reason, "jobs": n.jobs, "boot_id": n.boot_id} for n in nodes},
+    }
+
+
+def status_json(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
+                now: float | None = None) -> dict[str, Any] | None:
+    """`status`'s "upgrade" key: the upgrade in flight or the last one, with its commit; None without one."""
+    found = current(in_flight, last)
+    if found is None:
+        return None
+    upgrade, flying = found
+    record = in_flight if flying else last
+    return {"commit": (record or {}).get("commit"), **as_json(upgrade, flying, now)}
+
+
+def status_lines(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
+                 now: float | None = None) -> list[str]:
+    """`status`'s upgrade lines for the upgrade in flight or the last one; none without one."""
+    found = current(in_flight, last)
+    if found is None:
+        return []
+    upgrade, flying = found
+    record = in_flight if flying else last
+    return lines(upgrade, flying, now, str((record or {}).get("commit") or "") or None)
+
+
+def metric_series(upgrade: dict[str, Any] | None) -> dict[tuple[str, str], int]:
+    """(node, state) -> 1 or 0 for reconciler_node_upgrade_state: every known state per node, a state set.
+
+    A node's current state is 1 and every other known state 0 (the convention of Prometheus state sets, as in
+    kube-state-metrics), so `== 1` selects the current one and a missing series never means "not in it"; a state
+    the machine wrote that this module does not know is exported too (as 1) rather than hidden.
+    """
+    series: dict[tuple[str, str], int] = {}
+    for n in node_states(upgrade) if upgrade is not None else []:
+        for state in STATES:
+            series[(n.node, state)] = 0
+        series[(n.node, n.state)] = 1
+    return series
+
+
+def load(db: Path) -> dict[str, Any] | None:
+    """The upgrade to export from the state database DB (read-only): in flight, else the last rollout's."""
+    from reconciler.daemon.store import JOURNAL_KEY, Store
+
+    if not db.exists():
+        return None
+    store = Store.open_read_only(db)
+    try:
+        found = current(store.get(JOURNAL_KEY), next(iter(store.rollouts(1)), None))
+    finally:
+        store.close()
+    return found[0] if found is not None else None

@@ -1,0 +1,402 @@
+"""Changes that need a reboot or a driver reload, node by node: the per-node state machine of an upgrade.
+
+Each node goes upgrade-required -> draining -> waiting-for-jobs -> applying -> rebooting | reloading ->
+validating -> done, or ends `failed` (kept drained with the reason). Its state is journalled under
+`record["upgrade"]` BEFORE each step, so a killed process resumes every node where it was: a node in `rebooting`
+whose boot id already changed goes on to `validating`, and a node is resumed only while the upgrade's own drain
+holds it (once). At most `max_unavailable` nodes are out at a time; past `failure_budget` failed nodes no new
+node starts and every node the upgrade reached is rolled back (its before-image undo, then a reboot or reload
+again): `rolling-back` -> `rolled-back`.
+
+The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `RebootSteps`
+data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (reconciler/rollout/
+upgrade_hooks.py for the real engine and gates).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.backend.base import Transport
+from reconciler.bounds import parse_duration
+from reconciler.inventory import NodeSpec
+from reconciler.model_upgrade import Upgrade
+from reconciler.rollout.failpoints import failpoint
+from reconciler.rollout.upgrade_steps import RebootSteps, ReloadSteps
+
+STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
+          "done", "failed", "rolling-back", "rolled-back")
+FINAL = frozenset({"done", "failed", "rolled-back"})
+Log = Callable[[str], None]
+
+
+@dataclass
+class Prepared:
+    """What applying a node's held changes needs (None: nothing left to apply), how to undo it, and the apply
+    itself (returns None when it worked, else why not)."""
+
+    needs: str | None
+    undo: list[str]
+    apply: Callable[[], str | None]
+    summary: str = ""
+
+
+@dataclass
+class Hooks:
+    """What the machine asks its caller for, per node."""
+
+    steps: Callable[[str], RebootSteps]
+    reload: Callable[[str], ReloadSteps]
+    prepare: Callable[[str], Prepared]
+    validate: Callable[[str], str | None]  # while the node is still drained: None when it passed, else why
+    after_resume: Callable[[str], str | None] = lambda node: None  # e.g. a smoke job on the resumed node
+    fail: Callable[[str, str], str] | None = None  # the controller command keeping a node drained with a reason
+    converge: Callable[[str], str | None] = lambda node: None  # after the reboot: the rest of the desired state
+
+
+@dataclass
+class UpgradeOutcome:
+    """How the upgrade of a set of nodes ended."""
+
+    done: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    over_budget: bool = False
+    stopped: bool = False
+    rolled_back: list[str] = field(default_factory=list)
+    rollback_errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """One line for a gate record."""
+        head = "; ".join(f"{n}: {w}" for n, w in sorted(self.failed.items()))
+        if self.over_budget:
+            return (f"{len(self.failed)} node(s) failed the upgrade, past the failure budget: {head}"
+                    + (f"; rolled back {', '.join(self.rolled_back)}" if self.rolled_back else ""))[:500]
+        return head[:500]
+
+
+class NodeFailed(Exception):
+    """A node's upgrade failed: the message says why."""
+
+
+class UpgradeMachine:
+    """Runs the per-node upgrade over a transport; its record lives in RECORD["upgrade"] (the rollout journal)."""
+
+    def __init__(self, config: Upgrade, hooks: Hooks, transport: Transport, specs: dict[str, NodeSpec],
+                 journal: Any, record: dict[str, Any], log: Log = lambda _: None,
+                 should_stop: Callable[[], bool] = lambda: False, poll: float = 1.0) -> None:
+        self.config, self.hooks, self.transport, self.specs = config, hooks, transport, specs
+        self.journal, self.record, self.log, self.should_stop, self.poll = journal, record, log, should_stop, poll
+        self.lock = threading.Lock()
+        up = record.setdefault("upgrade", {})
+        up.setdefault("nodes", {})
+        up.setdefault("failed", [])
+        up.setdefault("work", {})
+        up["max_unavailable"] = config.max_unavailable
+
+    # ------------------------------------------------------------ the record
+
+    @property
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """Node -> {state, since, reason, boot_id, jobs}."""
+        return self.record["upgrade"]["nodes"]
+
+    @property
+    def work(self) -> dict[str, dict[str, Any]]:
+        """Node -> {needs, undo, summary, failed}: what was applied and how to undo it."""
+        return self.record["upgrade"]["work"]
+
+    def _save(self) -> None:
+        self.journal.save(self.record)
+
+    def _set(self, node: str, state: str, **extra: Any) -> None:
+        """Journal NODE's new state, then pause here when a test asks (failpoint `upgrade.<state>`)."""
+        with self.lock:
+            entry = self.nodes[node]
+            entry.update(state=state, since=time.time(), **extra)
+            self._save()
+        self.log(f"upgrade: {node}: {state}" + (f" ({extra['reason']})" if extra.get("reason") else ""))
+        failpoint(f"upgrade.{state}")
+
+    def _note(self, node: str, **extra: Any) -> None:
+        with self.lock:
+            self.nodes[node].update(**extra)
+            self._save()
+
+    def in_flight(self) -> list[str]:
+        """Nodes of the record not in a final state (what a restart must finish)."""
+        return [n for n, e in self.nodes.items() if e.get("state") not in FINAL]
+
+    # ------------------------------------------------------------ shell
+
+    def _sh(self, host: str, command: str, timeout: float | None = None) -> tuple[bool, str]:
+        result = self.transport.run(self.specs[host], command, timeout=timeout)
+        return result.ok, (result.stdout if result.ok else (result.error or result.stderr or result.stdout))
+
+    def _must(self, host: str, command: str, what: str) -> str:
+        ok, out = self._sh(host, command)
+        if not ok:
+            raise NodeFailed(f"{what}: {out.strip()[-200:]}")
+        return out
+
+    def _wait(self, done: Callable[[], bool], seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            if done():
+                return True
+            if time.monotonic() >= deadline or self.should_stop():
+                return False
+            time.sleep(self.poll)
+
+    def _boot_id(self, node: str) -> str | None:
+        result = self.transport.run(self.specs[node], self.hooks.steps(node).boot_id, timeout=30)
+        if result.error is not None:  # a node rebooting: connect afresh next time, not the remembered failure
+            self._forget(node)
+        return result.stdout.strip() if result.ok and result.stdout.strip() else None
+
+    def _forget(self, node: str) -> None:
+        """Drop the transport's connection to NODE and its remembered failure (through wrappers)."""
+        transport: Any = self.transport
+        for _ in range(4):
+            forget = getattr(transport, "forget", None)
+            if callable(forget):
+                forget(node)
+                return
+            transport = getattr(transport, "inner", None)
+            if transport is None:
+                return
+
+    # ------------------------------------------------------------ running
+
+    def run(self, nodes: list[str]) -> UpgradeOutcome:
+        """Upgrade NODES (and finish the ones a killed process left in flight), at most max_unavailable at a
+        time; past the failure budget, roll back every node the upgrade reached."""
+        with self.lock:
+            for node in nodes:
+                self.nodes.setdefault(node, {"state": "upgrade-required", "since": time.time(), "reason": None,
+                                             "boot_id": None, "jobs": 0})
+            self._save()
+        outcome = UpgradeOutcome()
+        started = [n for n in self.in_flight() if self.nodes[n]["state"] != "upgrade-required"]
+        waiting = [n for n in nodes if n not in started and self.nodes[n]["state"] == "upgrade-required"]
+        order = started + self._idle_first(waiting)
+        if self._over_budget():
+            order = [n for n in order if self.nodes[n]["state"] == "rolling-back"]
+        with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
+            running: set[Future[None]] = set()
+            for node in order:
+                while len(running) >= self.config.max_unavailable:
+                    _, running = wait(running, return_when=FIRST_COMPLETED)
+                if self._over_budget() or self.should_stop():
+                    break
+                running.add(pool.submit(self._one, node))
+            wait(running)
+        outcome.stopped = self.should_stop()
+        for node in nodes + started:
+            entry = self.nodes[node]
+            if entry["state"] == "done" and node not in outcome.done:
+                outcome.done.append(node)
+            elif entry["state"] == "failed":
+                outcome.failed[node] = str(entry.get("reason") or "failed")
+            elif entry["state"] == "upgrade-required" and entry.get("reason"):
+                outcome.skipped[node] = str(entry["reason"])
+        if self._over_budget() and not outcome.stopped:
+            outcome.over_budget = True
+            reached = [n for n, w in self.work.items() if w.get("undo") is not None]
+            back, errors = self.roll_back(reached)
+            outcome.rolled_back, outcome.rollback_errors = back, errors
+            for node in back:
+                outcome.done = [n for n in outcome.done if n != node]
+                outcome.failed.setdefault(node, str(self.nodes[node].get("reason") or "rolled back"))
+        return outcome
+
+    def _over_budget(self) -> bool:
+        return len(self.record["upgrade"]["failed"]) > self.config.failure_budget
+
+    def _idle_first(self, nodes: list[str]) -> list[str]:
+        """Idle nodes first: busy ones have longer to finish their jobs before their turn."""
+        def busy(node: str) -> bool:
+            steps = self.hooks.steps(node)
+            ok, out = self._sh(steps.run_on, steps.jobs)
+            return not ok or bool(out.strip())
+        flags = {n: busy(n) for n in nodes}
+        return [n for n in nodes if not flags[n]] + [n for n in nodes if flags[n]]
+
+    def _one(self, node: str) -> None:
+        """One node from wherever its record says it is to done or failed."""
+        try:
+            self._advance(node)
+        except NodeFailed as exc:
+            self._fail(node, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a broken step fails the node, never the rollout
+            self._fail(node, f"{type(exc).__name__}: {exc}")
+
+    def _advance(self, node: str) -> None:
+        steps = self.hooks.steps(node)
+        ctl = steps.run_on
+        while not self.should_stop():
+            state = self.nodes[node]["state"]
+            if state in FINAL or state == "rolling-back":
+                return
+            if state == "upgrade-required":
+                self._set(node, "draining")
+            elif state == "draining":
+                if not self._sh(ctl, steps.ours)[0]:
+                    if self._sh(ctl, steps.drained)[0]:  # an admin's drain: not ours to lift, so not ours to use
+                        self._set(node, "upgrade-required", reason="drained by someone else: not upgraded")
+                        return
+                    self._must(ctl, steps.drain, "drain")
+                self._set(node, "waiting-for-jobs")
+            elif state == "waiting-for-jobs":
+                self._wait_jobs(node, steps)
+                self._set(node, "applying")
+            elif state == "applying":
+                self._apply(node)
+            elif state == "rebooting":
+                self._reboot(node, steps)
+                self._set(node, "validating")
+            elif state == "reloading":
+                for command in self.hooks.reload(node).commands:
+                    self._must(node, command, "driver reload")
+                self._set(node, "validating")
+            elif state == "validating":
+                self._validate(node, steps)
+                return
+
+    def _wait_jobs(self, node: str, steps: RebootSteps) -> None:
+        """Bounded by drain_timeout: the node's jobs end on their own (none is killed)."""
+        def none_left() -> bool:
+            ok, out = self._sh(steps.run_on, steps.jobs)
+            count = len([line for line in out.splitlines() if line.strip()]) if ok else -1
+            if count != self.nodes[node].get("jobs"):
+                self._note(node, jobs=count)
+            return count == 0
+        limit = parse_duration(self.config.drain_timeout)
+        if not self._wait(none_left, limit):
+            if self.should_stop():
+                return
+            raise NodeFailed(f"jobs still running after drain_timeout {self.config.drain_timeout}")
+
+    def _apply(self, node: str) -> None:
+        """Apply the node's held changes; the undo is journalled before they are applied."""
+        prepared = self.hooks.prepare(node)
+        work = self.work.get(node) or {}
+        if prepared.needs is not None:
+            with self.lock:
+                if work.get("undo") is None:  # a restart re-plans after the apply: keep the first before-image
+                    work = {"needs": prepared.needs, "undo": prepared.undo, "summary": prepared.summary}
+                    self.work[node] = work
+                work["needs"] = "reboot" if "reboot" in (work.get("needs"), prepared.needs) else prepared.needs
+                self._save()
+            failpoint("upgrade.before-apply")
+            error = prepared.apply()
+            if error:
+                raise NodeFailed(f"apply: {error}")
+        needs = work.get("needs")
+        if needs == "reboot":
+            self._set(node, "rebooting", boot_id=self._boot_id(node))
+        elif needs == "driver-reload":
+            self._set(node, "reloading")
+        else:  # nothing was left to apply and nothing recorded: the node already has the desired state
+            self._set(node, "validating")
+
+    def _reboot(self, node: str, steps: RebootSteps) -> None:
+        """Ask for the reboot unless it happened or is under way, then wait (bounded) for a new boot id and the
+        node's daemon registered again."""
+        old = self.nodes[node].get("boot_id")
+        if old is None:
+            old = self._boot_id(node)
+            if old is None:
+                raise NodeFailed("cannot read the boot id before the reboot")
+            self._note(node, boot_id=old)
+        now = self._boot_id(node)
+        if now == old and not self._sh(steps.run_on, steps.pending)[0]:
+            self._must(steps.run_on, steps.reboot, "reboot")
+        failpoint("upgrade.reboot-issued")
+
+        def back() -> bool:
+            current = self._boot_id(node)
+            return current is not None and current != old and self._sh(steps.run_on, steps.registered)[0]
+        if not self._wait(back, parse_duration(self.config.reboot_timeout)) and not self.should_stop():
+            raise NodeFailed(f"not back within reboot_timeout {self.config.reboot_timeout} "
+                             "(new boot id and registered)")
+
+    def _validate(self, node: str, steps: RebootSteps) -> None:
+        """What a boot lost put back (mounts), the gates while drained; resume (only our own drain: once); the
+        gates that need a resumed node."""
+        why = self.hooks.converge(node) or self.hooks.validate(node)
+        if why:
+            raise NodeFailed(why)
+        if self._sh(steps.run_on, steps.ours)[0]:
+            self._must(steps.run_on, steps.resume, "resume")
+            self.log(f"upgrade: {node}: resumed")
+        why = self.hooks.after_resume(node)
+        if why:
+            raise NodeFailed(why)
+        self._set(node, "done", reason=None)
+
+    def _fail(self, node: str, why: str) -> None:
+        """Keep NODE drained with WHY; count it against the failure budget."""
+        if self.hooks.fail is not None:
+            steps = self.hooks.steps(node)
+            self._sh(steps.run_on, self.hooks.fail(node, why))
+        with self.lock:
+            if node not in self.record["upgrade"]["failed"]:
+                self.record["upgrade"]["failed"].append(node)
+            if node in self.work:
+                self.work[node]["failed"] = True
+        self._set(node, "failed", reason=why)
+
+    # ------------------------------------------------------------ rolling back
+
+    def roll_back(self, nodes: list[str]) -> tuple[list[str], dict[str, str]]:
+        """Put NODES (those the upgrade applied something on) back: undo, reboot or reload, wait; resume the ones
+        that had passed, keep the failed ones drained. Returns the nodes rolled back and the errors."""
+        todo = [n for n in nodes if n in self.work and self.nodes.get(n, {}).get("state") != "rolled-back"]
+        errors: dict[str, str] = {}
+        if not todo:
+            return [], errors
+        with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
+            for node, error in zip(todo, pool.map(self._back, todo), strict=True):
+                if error:
+                    errors[node] = error
+        return [n for n in todo if self.nodes[n]["state"] == "rolled-back"], errors
+
+    def _back(self, node: str) -> str | None:
+        steps = self.hooks.steps(node)
+        work = self.work[node]
+        try:
+            if self.nodes[node]["state"] != "rolling-back":
+                self._set(node, "rolling-back", boot_id=None)
+            if self.nodes[node].get("boot_id") is None:
+                for command in work.get("undo") or []:
+                    self._must(node, command, "undo")
+                if work.get("needs") == "reboot":
+                    self._note(node, boot_id=self._boot_id(node))
+            if work.get("needs") == "reboot":
+                self._reboot(node, steps)
+            elif work.get("needs") == "driver-reload":
+                for command in self.hooks.reload(node).commands:
+                    self._must(node, command, "driver reload")
+        except NodeFailed as exc:
+            why = f"rollback failed: {exc}"
+            if self.hooks.fail is not None:
+                self._sh(steps.run_on, self.hooks.fail(node, why))
+            self._note(node, reason=why)
+            return why
+        if work.get("failed"):
+            reason = f"{self.nodes[node].get('reason') or 'failed'}; rolled back"
+            if self.hooks.fail is not None:
+                self._sh(steps.run_on, self.hooks.fail(node, reason))
+            self._set(node, "rolled-back", reason=reason)
+        else:
+            if self._sh(steps.run_on, steps.ours)[0]:
+                self._sh(steps.run_on, steps.resume)
+            self._set(node, "rolled-back", reason="rolled back with the rollout")
+        return None

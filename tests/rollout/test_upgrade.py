@@ -1,0 +1,222 @@
+"""The upgrade machine (reconciler/rollout/upgrade.py) over a real local shell and a STAND-IN cluster of files
+(tests/rollout/upgrade_sim.py): state order, the journal written before each step, bounded waits, the failure
+budget and rollback, and a SIGKILL at every step resumed from the journal (failpoints)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.rollout.failpoints import ENV
+from tests.ha.local_shell import LocalShell
+from tests.rollout.upgrade_sim import NEW, OLD, REASON, FileJournal, Sim
+
+REPO = Path(__file__).resolve().parents[2]
+FORWARD = ["upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "validating", "done"]
+BOUND = 60.0
+
+
+def poll(what: str, done: Callable[[], bool], timeout: float = BOUND) -> None:
+    """Wait until DONE() holds, bounded."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f}s: {what}"
+        time.sleep(0.05)
+
+
+def states(journal: FileJournal, node: str) -> list[str]:
+    """NODE's states in the order the journal saw them (repeats folded)."""
+    out: list[str] = []
+    for save in journal.saves:
+        state = save.get("upgrade", {}).get("nodes", {}).get(node, {}).get("state")
+        if state and (not out or out[-1] != state):
+            out.append(state)
+    return out
+
+
+class Events(LocalShell):
+    """A local shell whose commands, and the journal's states, go into one ordered list."""
+
+    def __init__(self, events: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.events = events
+
+    def run(self, node: Any, command: str, **kw: Any) -> Any:
+        self.events.append(("cmd", command))
+        return super().run(node, command, **kw)
+
+
+def test_states_in_order_each_journalled_before_its_step(tmp_path: Path) -> None:
+    """upgrade-required -> draining -> waiting-for-jobs -> applying -> rebooting -> validating -> done; the drain,
+    the apply, the reboot and the resume each run after the journal names their state; the node ends resumed
+    once, rebooted once, on the new driver."""
+    sim = Sim(tmp_path, ["n1"])
+    sim.create()
+    events: list[tuple[str, str]] = []
+    journal = FileJournal(tmp_path / "journal.json")
+    real_save = journal.save
+
+    def save(data: dict[str, Any]) -> None:
+        real_save(data)
+        events.append(("state", data["upgrade"]["nodes"]["n1"]["state"]))
+    journal.save = save  # type: ignore[method-assign]
+    outcome = sim.machine({"max_unavailable": 1}, journal, transport=Events(events)).run(["n1"])
+    assert outcome.done == ["n1"] and not outcome.failed
+    assert states(journal, "n1") == FORWARD
+
+    def first(kind: str, text: str) -> int:
+        return next(i for i, (k, v) in enumerate(events) if k == kind and text in v)
+    assert first("state", "draining") < first("cmd", "> ") < first("state", "waiting-for-jobs")
+    assert first("state", "applying") < first("cmd", f"echo {NEW} >") < first("state", "rebooting")
+    assert first("state", "rebooting") < first("cmd", "/reboots") < first("state", "validating")
+    assert first("state", "validating") < first("cmd", "/resumes") < first("state", "done")
+    assert (sim.read("n1", "loaded"), sim.count("n1", "reboots"), sim.count("n1", "resumes")) == (NEW, 1, 1)
+    assert sim.read("n1", "drained") == ""
+    record = journal.load()
+    assert record is not None and record["upgrade"]["max_unavailable"] == 1
+    assert record["upgrade"]["work"]["n1"]["undo"] == [f"echo {OLD} > {tmp_path / 'n1'}/version"]
+
+
+def test_busy_node_reboots_only_after_its_jobs_end_and_idle_nodes_go_first(tmp_path: Path) -> None:
+    """A node with a job is drained and waits (its job count journalled); it reboots once the job is gone; the idle
+    node is upgraded first."""
+    sim = Sim(tmp_path, ["n1", "n2"])
+    sim.create()
+    (sim.dir("n1") / "jobs").write_text("4711\n")
+    journal = FileJournal(tmp_path / "journal.json")
+    machine = sim.machine({"max_unavailable": 1}, journal)
+    thread = threading.Thread(target=machine.run, args=(["n1", "n2"],))
+    thread.start()
+    def n1() -> dict[str, Any]:
+        return dict((journal.load() or {}).get("upgrade", {}).get("nodes", {}).get("n1", {}))
+    poll("n1 waiting for its job, counted", lambda: n1().get("state") == "waiting-for-jobs" and n1()["jobs"] == 1)
+    assert sim.count("n1", "reboots") == 0 and sim.read("n1", "drained") == REASON
+    assert states(journal, "n2")[-1] == "done"  # the idle node went first
+    (sim.dir("n1") / "jobs").write_text("")  # the job ends by itself
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert [sim.read(n, "loaded") for n in ("n1", "n2")] == [NEW, NEW]
+    assert states(journal, "n1") == FORWARD
+
+
+def test_jobs_past_drain_timeout_fail_the_node_which_stays_drained_untouched(tmp_path: Path) -> None:
+    """drain_timeout bounds the wait: the node fails, nothing is applied or rebooted, it stays drained with why."""
+    sim = Sim(tmp_path, ["n1"])
+    sim.create()
+    (sim.dir("n1") / "jobs").write_text("4711\n")
+    journal = FileJournal(tmp_path / "journal.json")
+    started = time.monotonic()
+    outcome = sim.machine({"drain_timeout": "1s", "failure_budget": 1}, journal).run(["n1"])
+    assert time.monotonic() - started < BOUND
+    assert "jobs still running after drain_timeout 1s" in outcome.failed["n1"]
+    assert (sim.read("n1", "version"), sim.count("n1", "reboots")) == (OLD, 0)
+    assert sim.read("n1", "drained").startswith(f"{REASON} failed: jobs still running")
+    assert states(journal, "n1")[-1] == "failed" and not outcome.over_budget
+
+
+def test_node_not_back_within_reboot_timeout_fails(tmp_path: Path) -> None:
+    """reboot_timeout bounds the wait for a new boot id: a reboot that never happens fails the node."""
+    sim = Sim(tmp_path, ["n1"])
+    sim.create()
+    journal = FileJournal(tmp_path / "journal.json")
+    machine = sim.machine({"reboot_timeout": "10s", "failure_budget": 1}, journal)
+    never = sim.steps("n1").model_copy(update={"reboot": "true"})
+    machine.hooks.steps = lambda node: never
+    outcome = machine.run(["n1"])
+    assert "not back within reboot_timeout 10s" in outcome.failed["n1"]
+    assert sim.read("n1", "drained").startswith(f"{REASON} failed: not back")
+
+
+def test_past_the_failure_budget_the_reached_nodes_are_rolled_back_and_no_other_touched(tmp_path: Path) -> None:
+    """Budget 1: n2 fails and the upgrade goes on; n3 fails too: no new node starts, n1..n3 go back to the old
+    driver (undo, reboot again), n1 (which had passed) is resumed, n2 and n3 stay drained with why; n4 untouched."""
+    sim = Sim(tmp_path, ["n1", "n2", "n3", "n4"])
+    sim.create(broken=("n2", "n3"))
+    journal = FileJournal(tmp_path / "journal.json")
+    outcome = sim.machine({"max_unavailable": 1, "failure_budget": 1}, journal).run(["n1", "n2", "n3", "n4"])
+    assert outcome.over_budget and sorted(outcome.rolled_back) == ["n1", "n2", "n3"]
+    assert "xid 79" in outcome.failed["n2"] and "xid 79" in outcome.failed["n3"]
+    for node in ("n1", "n2", "n3"):
+        assert (sim.read(node, "version"), sim.read(node, "loaded"), sim.count(node, "reboots")) == (OLD, OLD, 2)
+        assert states(journal, node)[-2:] == ["rolling-back", "rolled-back"]
+    assert sim.read("n1", "drained") == "" and sim.count("n1", "resumes") == 1
+    for node in ("n2", "n3"):
+        assert sim.read(node, "drained").startswith(f"{REASON} failed: gpu gate: gpu 0 xid 79")
+        assert sim.read(node, "drained").endswith("; rolled back") and sim.count(node, "resumes") == 0
+    assert (sim.read("n4", "version"), sim.read("n4", "drained"), sim.count("n4", "reboots")) == (OLD, "", 0)
+    assert states(journal, "n4") == ["upgrade-required"]
+
+
+def test_node_drained_by_someone_else_is_left_alone(tmp_path: Path) -> None:
+    """An admin's drain is not ours to lift: the node is skipped, untouched, still drained with its reason."""
+    sim = Sim(tmp_path, ["n1"])
+    sim.create()
+    (sim.dir("n1") / "drained").write_text("bad fan (admin)\n")
+    outcome = sim.machine({}, FileJournal(tmp_path / "journal.json")).run(["n1"])
+    assert outcome.skipped == {"n1": "drained by someone else: not upgraded"} and not outcome.failed
+    assert (sim.read("n1", "drained"), sim.read("n1", "version")) == ("bad fan (admin)", OLD)
+
+
+def _killed_at(tmp_path: Path, sim: Sim, point: str, reached: Callable[[dict[str, Any]], bool],
+               config: dict[str, Any]) -> dict[str, Any]:
+    """Run one upgrade of SIM's nodes in a child paused at failpoint POINT; SIGKILL it once the journal shows
+    REACHED; the journal it left."""
+    env = {**os.environ, ENV: f"{point}=sleep(120)", "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-m", "tests.rollout.upgrade_sim", str(tmp_path), ",".join(sim.names),
+                              json.dumps(config)], cwd=REPO, env=env)
+    journal = FileJournal(tmp_path / "journal.json")
+    try:
+        poll(f"the child at {point}", lambda: journal.path.exists() and reached(journal.load() or {}))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    record = journal.load()
+    assert record is not None
+    return record
+
+
+def _state(record: dict[str, Any], node: str = "n1") -> str:
+    return str(record.get("upgrade", {}).get("nodes", {}).get(node, {}).get("state"))
+
+
+@pytest.mark.parametrize("point,state", [
+    ("upgrade.draining", "draining"), ("upgrade.waiting-for-jobs", "waiting-for-jobs"),
+    ("upgrade.applying", "applying"), ("upgrade.before-apply", "applying"), ("upgrade.rebooting", "rebooting"),
+    ("upgrade.reboot-issued", "rebooting"), ("upgrade.validating", "validating")])
+def test_sigkill_at_each_step_resumes_from_the_journal_exactly_once(tmp_path: Path, point: str, state: str) -> None:
+    """Killed at POINT, a new machine on the journal finishes the node: rebooted once, resumed once, new driver."""
+    sim = Sim(tmp_path, ["n1"])
+    sim.create()
+    extra = {"upgrade.before-apply": lambda r: "n1" in r["upgrade"]["work"],
+             "upgrade.reboot-issued": lambda r: sim.count("n1", "reboots") == 1}
+    record = _killed_at(tmp_path, sim, point, lambda r: _state(r) == state and extra.get(point, bool)(r), {})
+    journal = FileJournal(tmp_path / "journal.json")
+    outcome = sim.machine({}, journal, record=record).run([])
+    assert outcome.done == ["n1"], outcome
+    assert (sim.read("n1", "loaded"), sim.count("n1", "reboots"), sim.count("n1", "resumes")) == (NEW, 1, 1)
+    assert sim.read("n1", "drained") == ""
+    assert states(journal, "n1")[-1] == "done"
+
+
+def test_sigkill_during_the_rollback_finishes_it_from_the_journal(tmp_path: Path) -> None:
+    """Killed in rolling-back, the next machine undoes and reboots the node back, which stays drained."""
+    sim = Sim(tmp_path, ["n1", "n2"])
+    sim.create(broken=("n1",))
+    record = _killed_at(tmp_path, sim, "upgrade.rolling-back", lambda r: _state(r) == "rolling-back",
+                        {"max_unavailable": 1})
+    journal = FileJournal(tmp_path / "journal.json")
+    outcome = sim.machine({"max_unavailable": 1}, journal, record=record).run([])
+    assert outcome.rolled_back == ["n1"] and _state(journal.load() or {}) == "rolled-back"
+    assert (sim.read("n1", "version"), sim.read("n1", "loaded"), sim.count("n1", "reboots")) == (OLD, OLD, 2)
+    assert sim.read("n1", "drained").endswith("; rolled back") and sim.count("n1", "resumes") == 0
+    assert (sim.read("n2", "version"), sim.count("n2", "reboots")) == (OLD, 0)
