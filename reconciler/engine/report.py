@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from typing import Any
 
 from reconciler.engine.fold import (
     SET_CAP,
@@ -27,6 +28,7 @@ MARKER = "<!-- reconciler:plan -->"
 # An `ok` change a driver adds on a node whose reboot or driver reload waits for running jobs (its summary says so).
 BUSY_RESOURCE = "running jobs"
 SUMMARY_CAP = 300  # characters of one change summary in the reboot line
+ORCHESTRATED = {"reboot": "Upgrades with reboots", "driver-reload": "Upgrades with driver reloads"}
 
 
 def _colour_diff(diff: str, colour: bool) -> str:
@@ -68,9 +70,17 @@ def _followups_text(plan: Plan) -> list[str]:
     return lines
 
 
+def _orchestrated_words(upgrade: dict[str, Any]) -> str:
+    """How rollout.upgrade takes such changes out (PLAN.rollout["upgrade"], set by the rollout layer)."""
+    gates = [str(g) for g in upgrade.get("gates") or []]
+    return (f"node by node, {upgrade.get('max_unavailable', 1)} at a time, "
+            + (f"gated by {', '.join(gates)}" if gates else "no gates") + " (rollout.upgrade)")
+
+
 def _needs_text(plan: Plan) -> list[str]:
-    """The changes that take effect only after a reboot or driver reload: `apply` holds them unless allowed; then
-    how many nodes that reboots (or reloads), how many wait for running jobs, and the versions (the summaries)."""
+    """The changes that take effect only after a reboot or driver reload: `apply` holds them unless allowed, or
+    with rollout.upgrade how they go out; then how many nodes that reboots (or reloads), how many wait for running
+    jobs, and the versions (the summaries)."""
     needing: dict[str, set[str]] = {}
     moves: dict[str, list[str]] = {}
     for change in plan.changing():
@@ -80,10 +90,14 @@ def _needs_text(plan: Plan) -> list[str]:
             if text and text not in moves.setdefault(change.needs, []):
                 moves[change.needs].append(text)
     busy = {c.node for c in plan.changes if c.resource == BUSY_RESOURCE and c.action == "ok"}
+    upgrade = (plan.rollout or {}).get("upgrade")
     lines = []
     for needs, nodes in needing.items():
-        lines.append(f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes unless "
-                     f"given --allow {needs}")
+        if upgrade:  # rollout.upgrade: orchestrated, not held
+            lines.append(f"\n{ORCHESTRATED[needs]} on {fold_names(nodes)}: {_orchestrated_words(upgrade)}")
+        else:
+            lines.append(f"\n{NEEDS_TEXT[needs].capitalize()} on {fold_names(nodes)}: `apply` holds these changes "
+                         f"unless given --allow {needs}")
         verb = "reboots" if needs == "reboot" else "reloads the driver on"
         words = f"{verb} {len(nodes):,} node{'s' if len(nodes) != 1 else ''}"
         if waiting := sorted(nodes & busy):

@@ -16,6 +16,9 @@ def rollback_lines(rollback: dict[str, Any], why: str = "no --previous") -> list
     if not rollback.get("nodes"):
         return []
     resumed = rollback.get("resumed") or []
+    # an upgrade's failed nodes: rolled back too, but never resumed by the reconciler
+    drained = [f"{node}: left drained for a human: {why}"
+               for node, why in sorted((rollback.get("left_drained") or {}).items())]
     if not rollback.get("before_image"):
         to = f"commit {str(rollback['to'])[:12]}" if rollback.get("to") else "the --previous state"
         if rollback.get("ok"):
@@ -24,7 +27,7 @@ def rollback_lines(rollback: dict[str, Any], why: str = "no --previous") -> list
             head = f"rollback of {rollback['nodes']} to {to} FAILED: " + "; ".join(
                 [str(e) for e in rollback.get("errors") or []] + ([str(rollback["error"])] if rollback.get("error")
                                                                    else []))
-        return [head + (f"; resumed {', '.join(resumed)}" if resumed else "")]
+        return [head + (f"; resumed {', '.join(resumed)}" if resumed else "")] + drained
     lines = []
     restored, unchanged = rollback.get("restored") or {}, rollback.get("unchanged") or {}
     missing = rollback.get("not_restored") or {}
@@ -41,7 +44,7 @@ def rollback_lines(rollback: dict[str, Any], why: str = "no --previous") -> list
         lines += [f"  {node}: {what}" for node, items in sorted(missing.items()) for what in items]
     if not lines:
         lines.append(f"nothing to restore on {rollback['nodes']}")
-    return lines
+    return lines + drained
 
 
 def restore_headline(rollback: dict[str, Any]) -> str:

@@ -131,6 +131,9 @@ def annotate(ctx: Context, plan: Plan) -> WavePlan:
     """Attach the waves to the plan (`Plan.rollout`), for the text and JSON plans and the PR comment."""
     waves = plan_rollout(ctx, plan)
     plan.rollout = {**waves.as_dict(), "lines": waves.lines()}
+    upgrade = ctx.state.rollout.upgrade
+    if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
+        plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable, "gates": list(upgrade.gates)}
     return waves
 
 
@@ -278,9 +281,16 @@ class RolloutRunner:
             image = BeforeImage.model_validate(record.get("before_image") or {})
             image.add(capture(run.ctx, plan))
             record["before_image"] = image.model_dump(mode="json")
+        held: list[Change] = []
+        if self.upgrade is not None and loaded is self.new:
+            # the upgrade machine applies these node by node: left out here, so no "held: --allow" line claims them
+            held = [c for c in plan.changing() if c.needs is not None]
+            plan = plan.model_copy(update={"changes": [c for c in plan.changes
+                                                       if not any(c is h for h in held)]})
         record["pending_followups"] = [step.model_dump(mode="json") for step in plan.followups]
         self.journal.save(record)
         result = run.apply(plan, self.wave_options, log=self.log)
+        result.held += held
         record.pop("pending_followups", None)
         self.journal.save(record)
         return result
@@ -330,7 +340,8 @@ class RolloutRunner:
             self._machine(record).roll_back(reached)  # a downgrade and a reboot: the plain apply would hold it
         if self.old is None:
             return self._restore(record, reached, before, gate, result, started)
-        self.log(f"rollout: rolling back {hostlist.compress(reached)} to {str(self.old.commit)[:12]}")
+        to = f"commit {str(self.old.commit)[:12]}" if self.old.commit else "the --previous state"
+        self.log(f"rollout: rolling back {hostlist.compress(reached)} to {to}")
         failpoint("rollback.before-apply")
         undone = self._apply(self.old, reached, record)
         failpoint("rollback.after-apply")
@@ -338,7 +349,7 @@ class RolloutRunner:
         errors = [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
         result.rollback = {"ok": not errors, "nodes": hostlist.compress(reached), "to": self.old.commit,
                            "changes": len(undone.applied), "resumed": resumed, "errors": errors,
-                           "started": started, "ended": time.time()}
+                           "left_drained": _left_drained(record), "started": started, "ended": time.time()}
         result.status = "rolled-back" if not errors else "rollback-failed"
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
@@ -366,7 +377,8 @@ class RolloutRunner:
         result.rollback = {"ok": report.ok, "nodes": nodes, "to": None, "before_image": True, **report.as_dict(),
                            "after_restart": again,
                            "changes": sum(len(v) for v in report.restored.values()), "resumed": resumed,
-                           "errors": errors, "started": started, "ended": time.time()}
+                           "errors": errors, "left_drained": _left_drained(record), "started": started,
+                           "ended": time.time()}
         result.status = "rolled-back" if report.ok else "rollback-failed"
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
@@ -396,6 +408,13 @@ class RolloutRunner:
                 else:
                     self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
         return resumed
+
+
+def _left_drained(record: dict[str, Any]) -> dict[str, str]:
+    """Nodes whose upgrade failed: kept drained for a human (a rollback never lifts an upgrade drain), with why."""
+    upgrade = record.get("upgrade") or {}
+    nodes = upgrade.get("nodes") or {}
+    return {n: str((nodes.get(n) or {}).get("reason") or "upgrade failed") for n in upgrade.get("failed") or []}
 
 
 def _wave_plan(data: dict[str, Any]) -> WavePlan:

@@ -63,8 +63,10 @@ def judge_gpu(expect: GpuExpectation | None, sections: dict[str, Section], packa
         base = base.model_copy(update={"driver": want})
     items, parsed = gpu_judge.query_items(base, query)
     if query.rc not in (0, None):
-        items.insert(0, gpu_judge.Item("gpus", "fail", f"gpus: nvidia-smi exit {query.rc}: "
-                                                       f"{(query.lines or [''])[-1][:160]}"))
+        # its error line (e.g. "Unable to determine the device handle ..."), not the last GPU's CSV row
+        said = (parsed.other if parsed is not None else query.lines) or [""]
+        items.insert(0, gpu_judge.Item("gpus", "fail", f"gpus: nvidia-smi exit {query.rc}"
+                                                       + (f": {said[-1][:160]}" if said[-1] else "")))
     if base.health and "gpu.xid" in sections:
         memory = XidMemory()
         minors = parse_minors(sections["gpu.minors"].output) if "gpu.minors" in sections else {}
