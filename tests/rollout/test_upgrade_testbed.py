@@ -87,14 +87,17 @@ def test_driver_550_to_570_node_by_node_with_jobs_on_two(bed: Testbed, tmp_path:
 
     (desired / "rollout.yaml").write_text(UPGRADE)
     (desired / "packages.yaml").write_text(pair(new, needs=True))
-    plan = cli(desired, "plan")
-    assert plan.returncode == 2 and "(needs a reboot)" in plan.stdout, plan.stdout + plan.stderr
     boots = {n: bed.run(n, "cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip() for n in NODES}
     jobs = {n: bed.run("ctl", f"sbatch --parsable -w {n} -o /dev/null --wrap 'sleep 30'", check=True).stdout.strip()
             for n in BUSY}
     for job in jobs.values():
         bed.run("ctl", f"for i in $(seq 100); do scontrol show job {job} -o | grep -q JobState=RUNNING && exit 0; "
                        "sleep 0.2; done; exit 1", check=True)
+    move = f"{DRIVER} {old} → {new}"
+    for fmt in ("text", "markdown"):  # what the admin and the PR comment read: versions, reboots, busy nodes
+        plan = cli(desired, "plan", "--format", fmt)
+        assert plan.returncode == 2 and "(needs a reboot)" in plan.stdout, plan.stdout + plan.stderr
+        assert "reboots 8 nodes; 2 wait for running jobs" in plan.stdout and move in plan.stdout, plan.stdout
 
     done = cli(desired, "apply", "--yes")
     output = done.stdout + done.stderr
