@@ -20,6 +20,7 @@ Standard library only, like testbed.py.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from testbed import Layout
 
+BOOT_NOT_BEFORE = 2  # whole seconds after the reboot request (reboot_node says why)
 REBOOT_PROGRAM = "/usr/lib/reconciler-testbed/reboot"  # in every compute node (slurm.conf RebootProgram)
 REQUEST = "var/lib/reconciler-testbed/reboot-request"  # in a node's root: written by REBOOT_PROGRAM
 POLL = 0.1  # seconds between the keeper's looks at the request files
@@ -144,9 +146,13 @@ def reboot_node(name: str, node: str) -> tuple[str, float]:
             raise RebootError(f"no node {node} in testbed {name}")
         if layout.light or node == "ctl":
             raise RebootError(f"{node}: only compute nodes of a full testbed reboot (not ctl, not --light)")
-        started = time.monotonic()
+        started, asked = time.monotonic(), time.time()
         request_path(layout, node).unlink(missing_ok=True)  # through the overlay: the next boot sees none
         shutdown(layout, node)
+        # slurmctld takes a rebooted node's registration only when its boot time (now - uptime, whole seconds) is
+        # later than the reboot request: a node back within the same second was ignored, left `REBOOT_ISSUED`
+        # until ResumeTimeout. A real reboot takes minutes; this one boots no sooner than the second after next.
+        time.sleep(max(0.0, math.floor(asked) + BOOT_NOT_BEFORE - time.time()))
         boot(layout, node)
         return boot_id(layout, node), time.monotonic() - started
 
