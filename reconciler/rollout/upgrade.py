@@ -389,6 +389,12 @@ class UpgradeMachine:
             if self.nodes[node]["state"] != "rolling-back":
                 self._set(node, "rolling-back", boot_id=None)
             if self.nodes[node].get("boot_id") is None:
+                # a node that passed was resumed and may run jobs again: out of scheduling and idle first
+                if not self._sh(steps.run_on, steps.drained)[0]:
+                    self._must(steps.run_on, steps.drain, "drain")
+                self._wait_jobs(node, steps)
+                if self.should_stop():
+                    raise NodeFailed("stopped while waiting for its jobs (the rollback goes on at the next start)")
                 for command in work.get("undo") or []:
                     self._must(node, command, "undo")
                 if work.get("needs") == "reboot":

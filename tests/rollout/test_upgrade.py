@@ -139,7 +139,7 @@ def test_node_not_back_within_reboot_timeout_fails(tmp_path: Path) -> None:
 
 def test_past_the_failure_budget_the_reached_nodes_are_rolled_back_and_no_other_touched(tmp_path: Path) -> None:
     """Budget 1: n2 fails and the upgrade goes on; n3 fails too: no new node starts, n1..n3 go back to the old
-    driver (undo, reboot again), n1 (which had passed) is resumed, n2 and n3 stay drained with why; n4 untouched."""
+    driver (undo, reboot again), n1 (which had passed) is drained for it and resumed again, n2 and n3 stay drained with why; n4 untouched."""
     sim = Sim(tmp_path, ["n1", "n2", "n3", "n4"])
     sim.create(broken=("n2", "n3"))
     journal = FileJournal(tmp_path / "journal.json")
@@ -149,12 +149,43 @@ def test_past_the_failure_budget_the_reached_nodes_are_rolled_back_and_no_other_
     for node in ("n1", "n2", "n3"):
         assert (sim.read(node, "version"), sim.read(node, "loaded"), sim.count(node, "reboots")) == (OLD, OLD, 2)
         assert states(journal, node)[-2:] == ["rolling-back", "rolled-back"]
-    assert sim.read("n1", "drained") == "" and sim.count("n1", "resumes") == 1
+    # n1: resumed after its upgrade, drained again for its rollback (jobs may have landed), resumed after it
+    assert sim.read("n1", "drained") == "" and sim.count("n1", "resumes") == 2
     for node in ("n2", "n3"):
         assert sim.read(node, "drained").startswith(f"{REASON} failed: gpu gate: gpu 0 xid 79")
         assert sim.read(node, "drained").endswith("; rolled back") and sim.count(node, "resumes") == 0
     assert (sim.read("n4", "version"), sim.read("n4", "drained"), sim.count("n4", "reboots")) == (OLD, "", 0)
     assert states(journal, "n4") == ["upgrade-required"]
+
+
+class JobLands(LocalShell):
+    """A local shell on which a job starts on NODE (resumed earlier) the moment LATER is drained."""
+
+    def __init__(self, sim: Sim, node: str, later: str) -> None:
+        super().__init__()
+        self.sim, self.node, self.later = sim, node, later
+
+    def run(self, node: Any, command: str, **kw: Any) -> Any:
+        if command.endswith(f"> {self.sim.dir(self.later)}/drained") and command.startswith("echo "):
+            (self.sim.dir(self.node) / "jobs").write_text("42 running\n")
+        return super().run(node, command, **kw)
+
+
+def test_a_passed_node_is_drained_and_its_jobs_waited_for_before_its_rollback(tmp_path: Path) -> None:
+    """n1 passes and is resumed; a job lands on it; n2 fails past the budget: n1's rollback drains it and waits for
+    the job (none is killed), here past drain_timeout: n1 is not rebooted again, stays on the new driver, drained."""
+    sim = Sim(tmp_path, ["n1", "n2"])
+    sim.create(broken=("n2",))
+    journal = FileJournal(tmp_path / "journal.json")
+    shell = JobLands(sim, "n1", "n2")
+    outcome = sim.machine({"max_unavailable": 1, "failure_budget": 0, "drain_timeout": "1s"}, journal,
+                          transport=shell).run(["n1", "n2"])
+    assert outcome.over_budget and "xid 79" in outcome.failed["n2"]
+    assert sim.read("n1", "jobs") == "42 running"  # the job landed after n1 was resumed
+    assert sim.count("n1", "reboots") == 1 and sim.read("n1", "version") == NEW  # no reboot under its job
+    assert sim.read("n1", "drained").startswith(REASON)
+    assert "jobs still running" in (journal.load() or {}).get("upgrade", {}).get("nodes", {})["n1"]["reason"]
+    assert sim.read("n2", "version") == OLD and sim.count("n2", "reboots") == 2  # the failed one went back
 
 
 def test_node_drained_by_someone_else_is_left_alone(tmp_path: Path) -> None:
