@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from functools import cmp_to_key
 from pathlib import Path
@@ -21,11 +19,10 @@ from pathlib import Path
 import pytest
 
 from reconciler.versions import deb_compare
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, pair
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
-REPO = Path(__file__).resolve().parents[2]
-DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 NODES = [f"gpu{i:02d}" for i in range(1, 5)]
 CANARY, OTHERS = NODES[0], NODES[1:]
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
@@ -56,30 +53,12 @@ CANARY_ROLLOUT = """rollout:
 """
 
 
-def field(line: str, name: str) -> str:
-    """One NAME=value of a `scontrol show -o` line."""
-    found = re.search(rf"\b{name}=(.*?)(?= [A-Z][A-Za-z]*=|$)", line.strip())
-    return found.group(1) if found else ""
-
-
-def pair(version: str) -> str:
-    """packages.yaml: the driver (needs a reboot) and fabric manager stand-ins at VERSION on every compute node."""
-    return (f'packages:\n  - nodes: "gpu[01-04]"\n    packages:\n'
-            f'      {DRIVER}: {{version: "{version}", needs: reboot}}\n      {FM}: "{version}"\n')
-
-
 def write_state(base: Path, target: Path, version: str, rollout: str) -> Path:
     """A copy of the testbed's desired state at TARGET with the pair at VERSION and ROLLOUT."""
     shutil.copytree(base, target)
-    (target / "packages.yaml").write_text(pair(version))
+    (target / "packages.yaml").write_text(pair(version, "gpu[01-04]", "reboot"))
     (target / "rollout.yaml").write_text(rollout)
     return target
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The reconciler CLI."""
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
 
 
 @pytest.fixture(scope="module")

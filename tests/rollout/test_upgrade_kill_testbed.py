@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from functools import cmp_to_key
@@ -27,11 +25,10 @@ from reconciler.versions import deb_compare
 from tests.backend.sshd_server import free_port
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.rollout.conftest import journal
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, pair
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]
-REPO = Path(__file__).resolve().parents[2]
-DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 NODES = ["gpu01", "gpu02", "gpu03"]
 UPGRADE = """rollout:
   waves: all
@@ -47,19 +44,6 @@ CTL_LOG = "/var/log/slurm/slurmctld.log"
 # reboot_timeout 4m: about 1 reboot in 20 here, slurmctld never takes the node's registration (the testbed's boot
 # done within a second of the request, it seems); Slurm marks it DOWN after ResumeTimeout (60 s) and returns it
 # (ReturnToService=2) without the drain within about 100 s: the machine must then drain it again (not time out).
-
-
-def pair(version: str, needs: bool) -> str:
-    """packages.yaml: the driver and fabric manager stand-ins at VERSION on every compute node."""
-    driver = f'{{version: "{version}"{", needs: reboot" if needs else ""}}}'
-    return (f'packages:\n  - nodes: "gpu[01-03]"\n    allow_downgrade: false\n    packages:\n'
-            f'      {DRIVER}: {driver}\n      {FM}: "{version}"\n')
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The reconciler CLI."""
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
 
 
 def poll(what: str, done: Callable[[], Any], timeout: float) -> Any:
@@ -105,7 +89,7 @@ def ubed(testbed_factory: Callable[..., Testbed], tmp_path: Path) -> tuple[Testb
     shutil.copytree(bed.desired_state, desired)
     versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
     old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, needs=False))
+    (desired / "packages.yaml").write_text(pair(old, "gpu[01-03]"))
     first = cli("apply", str(desired), "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
     return bed, GitRemote.create(tmp_path, desired), old, new
@@ -136,7 +120,8 @@ def test_daemon_killed_while_a_node_reboots_finishes_it_once(ubed: tuple[Testbed
         keeper_before = len(keeper_lines(bed))
         ctl_before = len(bed.run("ctl", f"cat {CTL_LOG}", check=True).stdout)
         target = remote.commit("driver 550 -> 570, rebooting node by node",
-                               {"rollout.yaml": lambda _: UPGRADE, "packages.yaml": lambda _: pair(new, needs=True)})
+                               {"rollout.yaml": lambda _: UPGRADE,
+                                "packages.yaml": lambda _: pair(new, "gpu[01-03]", "reboot")})
         rebooting = first.wait_for("a node in rebooting", lambda: [n for n, s in node_states(state_dir).items()
                                                                    if s == "rebooting"], 300)
         assert len(rebooting) == 1, rebooting  # max_unavailable 1

@@ -5,8 +5,6 @@ upgraded, its driver stack reloaded (`rollout.upgrade.driver_reload`), gated and
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from functools import cmp_to_key
 from pathlib import Path
@@ -14,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from reconciler.versions import deb_compare
+from tests.rollout.upgrade_bed import DRIVER, cli, pair
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
-REPO = Path(__file__).resolve().parents[2]
-DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 NODES = ["gpu01", "gpu02"]
 UPGRADE = """rollout:
   waves: all
@@ -33,24 +30,12 @@ UPGRADE = """rollout:
 """
 
 
-def pair(version: str, needs: str | None) -> str:
-    """packages.yaml: the driver and fabric manager stand-ins at VERSION on both compute nodes."""
-    driver = f'{{version: "{version}"{f", needs: {needs}" if needs else ""}}}'
-    return (f'packages:\n  - nodes: "gpu[01-02]"\n    packages:\n      {DRIVER}: {driver}\n      {FM}: "{version}"\n')
-
-
 @pytest.fixture(scope="module")
 def bed(testbed_factory: Callable[..., Testbed]) -> Testbed:
     """2 compute nodes, Slurm, the package repository."""
     testbed = testbed_factory(nodes=2, packages=True)
     testbed.wait_idle(timeout=120)
     return testbed
-
-
-def cli(desired: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The reconciler CLI on DESIRED."""
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, str(desired)], capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
 
 
 def smi_version(bed: Testbed, node: str) -> set[str]:
@@ -66,8 +51,8 @@ def test_driver_upgrade_with_a_reload_and_no_reboot(bed: Testbed, tmp_path: Path
     shutil.copytree(bed.desired_state, desired)
     versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
     old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, None))
-    first = cli(desired, "apply", "--yes")
+    (desired / "packages.yaml").write_text(pair(old, "gpu[01-02]"))
+    first = cli("apply", "--yes", str(desired))
     assert first.returncode == 0, first.stdout + first.stderr
     for node in NODES:  # the old driver loaded, as after a boot with it installed
         bed.run(node, "modprobe nvidia_standin && modprobe -r nvidia_standin && modprobe nvidia_standin", check=True)
@@ -75,10 +60,10 @@ def test_driver_upgrade_with_a_reload_and_no_reboot(bed: Testbed, tmp_path: Path
     boots = {n: bed.run(n, "cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip() for n in NODES}
 
     (desired / "rollout.yaml").write_text(UPGRADE)
-    (desired / "packages.yaml").write_text(pair(new, "driver-reload"))
-    plan = cli(desired, "plan")
+    (desired / "packages.yaml").write_text(pair(new, "gpu[01-02]", "driver-reload"))
+    plan = cli("plan", str(desired))
     assert plan.returncode == 2 and "(needs a driver reload)" in plan.stdout, plan.stdout + plan.stderr
-    done = cli(desired, "apply", "--yes")
+    done = cli("apply", "--yes", str(desired))
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     for node in NODES:
@@ -88,5 +73,5 @@ def test_driver_upgrade_with_a_reload_and_no_reboot(bed: Testbed, tmp_path: Path
         assert smi_version(bed, node) == {new.rsplit("-", 1)[0]}, node
         state = bed.run("ctl", f"scontrol show node {node} -o | grep -o 'State=[^ ]*'", check=True).stdout.strip()
         assert "DRAIN" not in state, (node, state)
-    again = cli(desired, "plan")
+    again = cli("plan", str(desired))
     assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr

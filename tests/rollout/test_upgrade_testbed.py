@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from functools import cmp_to_key
 from pathlib import Path
@@ -15,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from reconciler.versions import deb_compare
+from tests.rollout.upgrade_bed import DRIVER, cli, field, pair
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
-REPO = Path(__file__).resolve().parents[2]
-DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
 BUSY = ["gpu07", "gpu08"]
 UPGRADE = """rollout:
@@ -34,31 +31,12 @@ UPGRADE = """rollout:
 """
 
 
-def field(line: str, name: str) -> str:
-    """One NAME=value of a `scontrol show -o` line."""
-    found = re.search(rf"\b{name}=(.*?)(?= [A-Z][A-Za-z]*=|$)", line.strip())
-    return found.group(1) if found else ""
-
-
-def pair(version: str, needs: bool) -> str:
-    """packages.yaml: the driver and fabric manager stand-ins at VERSION on every compute node."""
-    driver = f'{{version: "{version}"{", needs: reboot" if needs else ""}}}'
-    return (f'packages:\n  - nodes: "gpu[01-08]"\n    allow_downgrade: false\n    packages:\n'
-            f'      {DRIVER}: {driver}\n      {FM}: "{version}"\n')
-
-
 @pytest.fixture(scope="module")
 def bed(testbed_factory: Callable[..., Testbed]) -> Testbed:
     """8 compute nodes, Slurm, the package repository."""
     testbed = testbed_factory(nodes=8, packages=True)
     testbed.wait_idle(timeout=120)
     return testbed
-
-
-def cli(desired: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The reconciler CLI on DESIRED."""
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args, str(desired)], capture_output=True,
-                          text=True, timeout=900, cwd=REPO)
 
 
 def most_out_at_once(output: str) -> int:
@@ -81,12 +59,12 @@ def test_driver_550_to_570_node_by_node_with_jobs_on_two(bed: Testbed, tmp_path:
     shutil.copytree(bed.desired_state, desired)
     versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
     old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, needs=False))
-    first = cli(desired, "apply", "--yes")
+    (desired / "packages.yaml").write_text(pair(old, "gpu[01-08]"))
+    first = cli("apply", "--yes", str(desired))
     assert first.returncode == 0, first.stdout + first.stderr
 
     (desired / "rollout.yaml").write_text(UPGRADE)
-    (desired / "packages.yaml").write_text(pair(new, needs=True))
+    (desired / "packages.yaml").write_text(pair(new, "gpu[01-08]", "reboot"))
     boots = {n: bed.run(n, "cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip() for n in NODES}
     jobs = {n: bed.run("ctl", f"sbatch --parsable -w {n} -o /dev/null --wrap 'sleep 30'", check=True).stdout.strip()
             for n in BUSY}
@@ -95,11 +73,11 @@ def test_driver_550_to_570_node_by_node_with_jobs_on_two(bed: Testbed, tmp_path:
                        "sleep 0.2; done; exit 1", check=True)
     move = f"{DRIVER} {old} → {new}"
     for fmt in ("text", "markdown"):  # what the admin and the PR comment read: versions, reboots, busy nodes
-        plan = cli(desired, "plan", "--format", fmt)
+        plan = cli("plan", "--format", fmt, str(desired))
         assert plan.returncode == 2 and "(needs a reboot)" in plan.stdout, plan.stdout + plan.stderr
         assert "reboots 8 nodes; 2 wait for running jobs" in plan.stdout and move in plan.stdout, plan.stdout
 
-    done = cli(desired, "apply", "--yes")
+    done = cli("apply", "--yes", str(desired))
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert most_out_at_once(output) == 2, output
@@ -120,5 +98,5 @@ def test_driver_550_to_570_node_by_node_with_jobs_on_two(bed: Testbed, tmp_path:
         state = bed.run("ctl", script, timeout=120)
         assert state.returncode == 0, (node, state.stdout, output)
         assert output.count(f"upgrade: {node}: resumed") == 1, output
-    again = cli(desired, "plan")
+    again = cli("plan", str(desired))
     assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr

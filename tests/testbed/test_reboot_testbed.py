@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.rollout.upgrade_bed import field
 from tests.testbed_fixture import Testbed, _testbed_cli
 
 pytestmark = pytest.mark.testbed
@@ -47,12 +48,6 @@ def node_line(bed: Testbed, node: str) -> str:
 def job_line(bed: Testbed, job: str) -> str:
     """`scontrol show job JOB -o` on ctl."""
     return bed.run("ctl", f"scontrol show job {job} -o", check=True).stdout
-
-
-def field(line: str, name: str) -> str:
-    """One NAME=value of a `scontrol show -o` line (the reason runs to the end of the line)."""
-    found = re.search(rf"\b{name}=(.*?)(?= [A-Z][A-Za-z]*=|$)", line.strip())
-    return found.group(1) if found else ""
 
 
 def poll(what: str, done: Callable[[], bool], timeout: float = BOUND) -> None:
