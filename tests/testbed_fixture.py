@@ -6,7 +6,8 @@ own tests when nobody else did). Fixtures:
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
 - ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False, accounting=False,
-  packages=False)`` brings up more testbeds, all torn down at the end of the session (``light``: sshd-only nodes,
+  packages=False, slurm="")`` brings up more testbeds (``slurm``: a release of SLURM_RELEASES, default the host's;
+  another release's Debian root is built once with debootstrap, see deploy/testbed/slurm_root.py), all torn down at the end of the session (``light``: sshd-only nodes,
   no Slurm; beyond 200 compute nodes the testbed takes a /20 and three- or four-digit names; ``accounting``:
   slurmdbd and MariaDB on ctl, associations enforced; ``packages``: the package repository on ctl as every node's
   only apt/dnf source, its versions in ``Testbed.package_manifest``; see deploy/testbed/README.md).
@@ -46,6 +47,16 @@ ACCOUNTING_NEEDED = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/maria
 PACKAGES_NEEDED = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/gpg",
                    "/usr/bin/dnf"]
 DEB_CACHE = Path(os.environ.get("RECONCILER_TESTBED_DEB_CACHE", "/var/cache/reconciler-testbed/debs"))
+# The Slurm releases a testbed runs (deploy/testbed/slurm_root.py RELEASES): the suites that talk to Slurm
+# run on each, e.g. `@pytest.fixture(scope="module", params=SLURM_RELEASES)`.
+SLURM_RELEASES = ("22.05", "24.11")
+
+
+def host_release() -> str:
+    """The host's Slurm release ('22.05' on Debian 12, '24.11' on Debian 13; '' without slurmctld)."""
+    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "slurmctld"], capture_output=True, text=True)
+    parts = proc.stdout.split(":")[-1].split(".")
+    return f"{parts[0]}.{parts[1]}" if proc.returncode == 0 and len(parts) > 1 else ""
 
 
 def unavailable() -> str | None:
@@ -74,6 +85,7 @@ class Testbed:
     light: bool = False
     accounting: bool = False
     packages: bool = False
+    slurm: str = ""  # the nodes' Slurm release ('22.05', '24.11')
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -236,10 +248,16 @@ class Registry:
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
     def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False,
-           accounting: bool = False, packages: bool = False) -> Testbed:
-        """Bring up a new testbed."""
+           accounting: bool = False, packages: bool = False, slurm: str = "") -> Testbed:
+        """Bring up a new testbed (SLURM: its release, default the host's)."""
         reason = unavailable()
-        missing = [b for b in ACCOUNTING_NEEDED if not os.path.exists(b)] if accounting else []
+        slurm = slurm or host_release()
+        if slurm not in SLURM_RELEASES:
+            raise ValueError(f"Slurm {slurm!r} is not a testbed release {SLURM_RELEASES}")
+        other = slurm != host_release()
+        if not reason and other and not os.path.exists("/usr/sbin/debootstrap"):
+            reason = f"Slurm {slurm} needs debootstrap for its root: run deploy/testbed/testbed deps"
+        missing = [b for b in ACCOUNTING_NEEDED if not os.path.exists(b)] if accounting and not other else []
         if packages:
             missing += [b for b in PACKAGES_NEEDED if not os.path.exists(b)]
             missing += [] if (DEB_CACHE / "fetched.json").exists() else [f"{DEB_CACHE}/fetched.json"]
@@ -250,9 +268,10 @@ class Registry:
         name, subnet = self.next_name_and_subnet(nodes)
         args = ["up", "--name", name, "--subnet", subnet, "--nodes", str(nodes), *(["--bare"] if bare else []),
                 *(["--configless"] if configless else []), *(["--light"] if light else []),
-                *(["--accounting"] if accounting else []), *(["--packages"] if packages else [])]
+                *(["--accounting"] if accounting else []), *(["--packages"] if packages else []),
+                *(["--slurm", slurm] if slurm else [])]
         bed = Testbed(name=name, subnet=subnet, computes=compute_names(nodes), bare=bare, state_dir=BASE / name,
-                      configless=configless, light=light, accounting=accounting, packages=packages)
+                      configless=configless, light=light, accounting=accounting, packages=packages, slurm=slurm)
         self.beds.append(bed)
         proc = _testbed_cli(*args)
         if proc.returncode != 0:
@@ -285,14 +304,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 @pytest.fixture(scope="session")
 def testbed_factory() -> Iterator[Callable[..., Testbed]]:
-    """make(nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False) -> a new running
-    Testbed; all torn down at the end."""
+    """make(nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False, slurm="") -> a new
+    running Testbed; all torn down at the end."""
     if not unavailable():
         reap_stale()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        yield lambda nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False: (
-            REGISTRY.up(nodes, bare, configless, light, accounting, packages))
+        yield lambda nodes=2, bare=False, configless=False, light=False, accounting=False, packages=False, slurm="": (
+            REGISTRY.up(nodes, bare, configless, light, accounting, packages, slurm))
     finally:
         REGISTRY.down_all()
         signal.signal(signal.SIGTERM, previous)
@@ -316,4 +335,4 @@ def ssh_command(bed: Testbed, node: str, *args: str) -> list[str]:
     return ["ssh", "-F", str(bed.ssh_config), node, *(shlex.quote(a) for a in args)]
 
 
-__all__ = ["Testbed", "compute_names", "testbed", "testbed_factory", "unavailable", "ssh_command"]
+__all__ = ["SLURM_RELEASES", "Testbed", "compute_names", "host_release", "testbed", "testbed_factory", "unavailable", "ssh_command"]

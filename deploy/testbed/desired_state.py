@@ -125,7 +125,8 @@ def spec(layout: LayoutLike, cpus: int, memory_mb: int, gpus: int) -> dict[str, 
             "all": f"ctl,{hostlist}", "cpus": cpus, "memory": memory_mb, "gpus": gpus,
             "ssh_config": str(layout.ssh_config), "known_hosts": str(layout.known_hosts),
             "identity": str(layout.identity), "configless": getattr(layout, "configless", False),
-            "light": getattr(layout, "light", False), "accounting": getattr(layout, "accounting", False)}
+            "light": getattr(layout, "light", False), "accounting": getattr(layout, "accounting", False),
+            "slurm": getattr(layout, "slurm", "") or "22.05"}
 
 
 def cluster_yaml(s: dict[str, Any]) -> str:
@@ -136,7 +137,7 @@ def cluster_yaml(s: dict[str, Any]) -> str:
     mode = "  mode: configless\n" if s.get("configless") else ""
     return header("the Slurm cluster (slurm.conf, gres.conf)") + f"""cluster:
   name: {q(s["name"])}
-  slurm_version: "22.05"
+  slurm_version: "{s.get("slurm", "22.05")}"
   controllers: [ctl]
 {mode}  slurm_conf:
 {params}  node_sets:

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -38,6 +39,7 @@ import node_init  # noqa: E402
 import package_repo  # noqa: E402
 import pyxis_standin  # noqa: E402
 import reboot  # noqa: E402
+import slurm_root  # noqa: E402
 
 BASE = Path(os.environ.get("RECONCILER_TESTBED_BASE", "/var/lib/reconciler-testbed"))
 DEFAULT_NAME = "testbed"
@@ -58,7 +60,8 @@ DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "sl
                    "slurmdbd", "mariadb-server",  # `up --accounting`: slurmdbd and its MariaDB on ctl
                    "gcc", "libc6-dev", "libslurm-dev",  # `up` compiles the Pyxis stand-in (pyxis_standin.py)
                    # `up --packages`: the package repository (package_repo.py), Debian's dnf and rpm on the nodes
-                   "dnf", "dnf-plugins-core", "rpm", "createrepo-c", "dpkg-dev", "gnupg"]
+                   "dnf", "dnf-plugins-core", "rpm", "createrepo-c", "dpkg-dev", "gnupg",
+                   "debootstrap"]  # `up --slurm R`: the root of the release the host does not have (slurm_root.py)
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -68,6 +71,8 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/bin/nsenter", NODE_PYTHON]
 PACKAGES_BINARIES = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/gpg",
                      "/usr/bin/dnf"]
+HOST_BINARIES = ["/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/nsenter",
+                 NODE_PYTHON, "/usr/sbin/debootstrap"]  # what the host runs itself, whichever release the nodes run
 ACCOUNTING_BINARIES = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db",
                        "/usr/bin/mariadb-admin", "/usr/bin/sacctmgr"]
 PORT_SSH, PORT_SLURMCTLD, PORT_SLURMD, PORT_SLURMDBD, PORT_MARIADB = 22, 6817, 6818, 6819, 3306
@@ -90,6 +95,23 @@ SUBNET_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 
 class TestbedError(Exception):
     """A failure worth a one-line message, not a traceback."""
+
+
+# The nodes' lower layer: the host's / or the built root of another Slurm release (slurm_root.py). Set once per
+# process by use_lower() before any node file is written; every read of "the node's own files" goes through it.
+_LOWER = [Path("/")]
+
+
+def use_lower(path: Path) -> None:
+    """Make PATH the lower layer that node files are mirrored from (modes, owners, users)."""
+    _LOWER[0] = path
+    _passwd.cache_clear()
+    node_test_users.cache_clear()
+
+
+def lower(rel: str) -> Path:
+    """A path of the nodes' lower layer (REL relative to its root)."""
+    return _LOWER[0] / rel.lstrip("/")
 
 
 VERBOSE = os.environ.get("TESTBED_VERBOSE") == "1"
@@ -122,6 +144,8 @@ class Layout:
     light: bool = False
     accounting: bool = False
     packages: bool = False
+    slurm: str = ""  # Slurm release of the nodes (slurm_root.RELEASES); '' in state files older than --slurm
+    lower: str = "/"  # the nodes' lower layer: / or the release's built root
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -276,13 +300,15 @@ def locked(name: str, remove: bool = False) -> Iterator[None]:
                 BASE.rmdir()
 
 
-def require_root_and_deps(accounting: bool = False, packages: bool = False) -> None:
+def require_root_and_deps(accounting: bool = False, packages: bool = False, root: Path = Path("/")) -> None:
     """Fail early when not root or a needed binary is missing (ACCOUNTING: slurmdbd and MariaDB too; PACKAGES:
-    the repository tools and the fetched Debian packages)."""
+    the repository tools and the fetched Debian packages). The nodes' binaries are looked for in ROOT, their
+    lower layer; the host needs its own ssh, ip, nc, nsenter and python3 whatever the release."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root (namespaces, mounts)")
     needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else []) + (PACKAGES_BINARIES if packages else [])
-    missing = [b for b in needed if not os.path.exists(b)]
+    missing = [b for b in needed if not (root / b.lstrip("/")).exists()]
+    missing += [b for b in HOST_BINARIES if root != Path("/") and not os.path.exists(b)]
     if missing:
         raise TestbedError(f"missing {', '.join(missing)}: run `{HERE / 'testbed'} deps` first")
     if packages:
@@ -297,7 +323,7 @@ def require_root_and_deps(accounting: bool = False, packages: bool = False) -> N
 
 def _mirror_mkdir(upper: Path, rel: str) -> Path:
     """Create UPPER/REL, giving each new directory the mode and owner of the host's directory."""
-    cur, host = upper, Path("/")
+    cur, host = upper, _LOWER[0]
     for part in Path(rel).parts:
         cur, host = cur / part, host / part
         if cur.is_dir():
@@ -333,12 +359,24 @@ def opaque_dir(upper: Path, rel: str, mode: int, owner: tuple[int, int] = (0, 0)
     os.chown(path, *owner)
 
 
-def _ids(user: str) -> tuple[int, int]:
-    """uid and gid of a host user."""
-    import pwd
+@functools.lru_cache(maxsize=4)
+def _passwd(rel: str) -> tuple[tuple[str, int, int], ...]:
+    """(name, id, gid) of each line of the lower layer's etc/passwd or etc/group (gid: 0 for groups)."""
+    entries = []
+    with contextlib.suppress(OSError):
+        for line in lower(rel).read_text(errors="replace").splitlines():
+            f = line.split(":")
+            if len(f) >= 3 and f[2].isdigit():
+                entries.append((f[0], int(f[2]), int(f[3]) if rel == "etc/passwd" and f[3].isdigit() else 0))
+    return tuple(entries)
 
-    pw = pwd.getpwnam(user)
-    return pw.pw_uid, pw.pw_gid
+
+def _ids(user: str) -> tuple[int, int]:
+    """uid and gid of a user of the nodes' lower layer (the host's users, or the built root's)."""
+    for name, uid, gid in _passwd("etc/passwd"):
+        if name == user:
+            return uid, gid
+    raise TestbedError(f"no user {user} in {lower('etc/passwd')}")
 
 
 def hosts_file(layout: Layout) -> str:
@@ -509,9 +547,17 @@ def init_mariadb_datadir(layout: Layout) -> None:
     datadir = root / MARIADB_DATADIR.lstrip("/")
     if (datadir / MARIADB_READY).exists():
         return
-    run(["mariadb-install-db", f"--defaults-extra-file={root}{MARIADB_CNF_PATH}", "--user=root",
-         f"--datadir={datadir}", "--skip-test-db", "--auth-root-authentication-method=socket",
-         "--auth-root-socket-user=root"])
+    if layout.lower == "/":
+        run(["mariadb-install-db", f"--defaults-extra-file={root}{MARIADB_CNF_PATH}", "--user=root",
+             f"--datadir={datadir}", "--skip-test-db", "--auth-root-authentication-method=socket",
+             "--auth-root-socket-user=root"])
+    else:  # the release's own MariaDB, in ctl's root (a private mount namespace gives it /dev and /proc)
+        install = shlex.join(["chroot", str(root), "mariadb-install-db", f"--defaults-extra-file={MARIADB_CNF_PATH}",
+                              "--user=root", f"--datadir={MARIADB_DATADIR}", "--skip-test-db",
+                              "--auth-root-authentication-method=socket", "--auth-root-socket-user=root"])
+        run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             f"mount --rbind /dev {shlex.quote(str(root / 'dev'))} && "
+             f"mount -t proc proc {shlex.quote(str(root / 'proc'))} && exec {install}"])
     uid, gid = _ids("mysql")
     os.chown(datadir, uid, gid)
     for top, dirs, files in os.walk(datadir):
@@ -524,13 +570,11 @@ def init_mariadb_datadir(layout: Layout) -> None:
 def node_test_users() -> dict[str, int]:
     """TEST_USERS less any whose name or ids the host already uses otherwise (left out with a warning, once: the
     host's files are every node's lower layer, and a clash must not stop testbeds that do not need them)."""
-    import grp
-    import pwd
-
     users = {}
     for name, uid in TEST_USERS.items():
-        clash = [f"{what} {uid} is {e[0]}'s" for known, what in ((pwd.getpwall(), "uid"), (grp.getgrall(), "gid"))
-                 for e in known if (e[2] == uid) != (e[0] == name)]
+        clash = [f"{what} {uid} is {e[0]}'s" for known, what in ((_passwd("etc/passwd"), "uid"),
+                                                                 (_passwd("etc/group"), "gid"))
+                 for e in known if (e[1] == uid) != (e[0] == name)]
         if clash:
             log(f"warning: test user {name} left out: on this host {', '.join(clash)}")
         else:
@@ -543,7 +587,7 @@ def install_test_users(upper: Path) -> None:
     users = node_test_users()
     files = {"etc/passwd": (0o644, 0), "etc/group": (0o644, 0), "etc/shadow": (0o640, _shadow_gid())}
     for rel, (mode, gid) in files.items():
-        lines = Path(f"/{rel}").read_text().splitlines(keepends=True) if os.path.exists(f"/{rel}") else []
+        lines = lower(rel).read_text().splitlines(keepends=True) if lower(rel).exists() else []
         names = {line.split(":", 1)[0] for line in lines}
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
@@ -563,7 +607,7 @@ def install_test_users(upper: Path) -> None:
 def _shadow_gid() -> int:
     """gid of group shadow (owner group of /etc/shadow), 0 where there is none."""
     try:
-        return os.stat("/etc/shadow").st_gid
+        return os.stat(lower("etc/shadow")).st_gid
     except OSError:
         return 0
 
@@ -627,7 +671,7 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
     put(upper, "etc/ssh/ssh_host_ed25519_key.pub", pub)
     for kind in ("rsa", "ecdsa"):
         for suffix in ("", ".pub"):
-            if os.path.lexists(f"/etc/ssh/ssh_host_{kind}_key{suffix}"):
+            if os.path.lexists(lower(f"etc/ssh/ssh_host_{kind}_key{suffix}")):
                 whiteout(upper, f"etc/ssh/ssh_host_{kind}_key{suffix}")
     put(upper, "etc/ssh/sshd_config", sshd_config())
     put(upper, "etc/hostname", node + "\n")
@@ -635,15 +679,15 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
     put(upper, "etc/fstab", "# /etc/fstab of testbed node (written by deploy/testbed)\n")
     opaque_dir(upper, "root", 0o700)
     for dotfile in (".bashrc", ".profile", ".bash_logout"):
-        if os.path.exists(f"/etc/skel/{dotfile}"):
-            put(upper, f"root/{dotfile}", Path(f"/etc/skel/{dotfile}").read_bytes())
+        if lower(f"etc/skel/{dotfile}").exists():
+            put(upper, f"root/{dotfile}", lower(f"etc/skel/{dotfile}").read_bytes())
     opaque_dir(upper, "root/.ssh", 0o700)
     put(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
     if layout.light:  # the client files at their host paths (bound by node_init): nodes can be SSH gateways
         opaque_dir(upper, str(BASE).lstrip("/"), 0o700)
         for path in client_file_binds(layout).values():
             put(upper, path.lstrip("/"), "", 0o600)
-    elif os.path.lexists(str(BASE)):
+    elif os.path.lexists(lower(str(BASE))):
         whiteout(upper, str(BASE).lstrip("/"))
     host_key_line = f"{node},{layout.ip(node)} {' '.join(pub.split()[:2])}\n"
     if layout.light:  # sshd as the only daemon, started by node_init's light PID 1: no munge, Slurm, stand-ins
@@ -658,9 +702,9 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
     # The host's sysctl settings are not the node's: `sysctl --system` on a node would try to set the host's
     # kernel.* keys, which a node may not write (node_init: /proc/sys read-only but net). Nodes start empty.
     for rel in ("etc/sysctl.d", "usr/lib/sysctl.d", "run/sysctl.d"):
-        if not Path(f"/{rel}").parent.is_symlink():
+        if not lower(rel).parent.is_symlink():
             opaque_dir(upper, rel, 0o755)
-    if os.path.lexists("/etc/sysctl.conf"):
+    if os.path.lexists(lower("etc/sysctl.conf")):
         whiteout(upper, "etc/sysctl.conf")
     munge = _ids("munge")
     put(upper, "etc/munge/munge.key", munge_key, 0o400, munge)
@@ -705,7 +749,7 @@ def install_standins(upper: Path) -> None:
     put(upper, "usr/local/bin/all_reduce_perf", (HERE / "standins" / "all_reduce_perf").read_bytes(), 0o755)
     pkg = (HERE / "standins" / "pkg_resources.py").read_bytes()
     put(upper, f"{NODE_PYLIB.lstrip('/')}/pkg_resources.py", pkg)
-    for rel, (data, mode) in pyxis_standin.files(BASE / "cache").items():
+    for rel, (data, mode) in pyxis_standin.files(BASE / "cache", _LOWER[0]).items():
         put(upper, rel, data, mode)
 
 
@@ -883,7 +927,7 @@ def mount_roots(layout: Layout) -> None:
         d = layout.node_dir(node)
         if str(d / "root") in current:
             continue
-        opts = f"lowerdir=/,upperdir={d / 'upper'},workdir={d / 'work'}"
+        opts = f"lowerdir={layout.lower},upperdir={d / 'upper'},workdir={d / 'work'}"
         node_init.mount(f"{node}:/", str(d / "root"), "overlay", 0, opts)
 
 
@@ -906,6 +950,8 @@ def mount_lustre(layout: Layout) -> None:
 
 def start_node(layout: Layout, node: str) -> subprocess.Popen[str]:
     """Launch a node's bootstrap; it prints the host PID of the node's PID 1."""
+    if _LOWER[0] != Path(layout.lower):  # the reboot keeper's process starts nodes too
+        use_lower(Path(layout.lower))
     spec = {"name": layout.name, "node": node, "state": str(layout.state), "ip": layout.ip(node),
             "prefixlen": layout.prefixlen, "gpus": 0 if node == "ctl" else GPUS_PER_NODE,
             "sys_module": node != "ctl" and not layout.light,  # the modprobe stand-in's tmpfs /sys/module
@@ -1172,11 +1218,28 @@ def running(layout: Layout) -> bool:
     return bool(layout.pids) and all(node_alive(layout, n) for n in layout.nodes)
 
 
+def release_root(release: str) -> Path:
+    """The lower layer of RELEASE's nodes, built with debootstrap first when needed (slurm_root.py)."""
+    if os.geteuid() != 0:
+        raise TestbedError("must run as root (namespaces, mounts)")
+    try:
+        return slurm_root.ensure_root(release, log)
+    except (slurm_root.RootError, OSError, subprocess.SubprocessError) as e:
+        raise TestbedError(str(e)) from e
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
-    require_root_and_deps(args.accounting, args.packages)
+    release = args.slurm or slurm_root.default_release()
+    if release != slurm_root.host_release() and (args.light or args.packages):
+        raise TestbedError(f"--light and --packages run on the host's Slurm release "
+                           f"({slurm_root.host_release() or 'none'}), not {release}")
+    root = release_root(release)
+    require_root_and_deps(args.accounting, args.packages, root)
+    use_lower(root)
     want = Layout(name=args.name, computes=args.nodes, subnet=args.subnet, bare=args.bare,
-                  configless=args.configless, light=args.light, accounting=args.accounting, packages=args.packages)
+                  configless=args.configless, light=args.light, accounting=args.accounting, packages=args.packages,
+                  slurm=release, lower=str(root))
     if want.light and (want.bare or want.configless or want.accounting):
         raise TestbedError("--light has no Slurm: it does not combine with --bare, --configless or --accounting")
     if want.light and want.packages:
@@ -1185,13 +1248,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     with locked(want.name):
         old = Layout.load(want.name)
         if old and running(old):
-            if (old.computes, old.subnet, old.bare, old.configless, old.light, old.accounting, old.packages) != (
-                    want.computes, want.subnet, want.bare, want.configless, want.light, want.accounting,
-                    want.packages):
+            if (old.computes, old.subnet, old.bare, old.configless, old.light, old.accounting, old.packages,
+                    old.slurm) != (want.computes, want.subnet, want.bare, want.configless, want.light,
+                                   want.accounting, want.packages, want.slurm):
                 raise TestbedError(f"testbed {old.name} is already up with {old.computes} compute nodes, "
                                    f"subnet {old.subnet}, bare={old.bare}, configless={old.configless}, "
-                                   f"light={old.light}, accounting={old.accounting}, packages={old.packages}; "
-                                   "run down first to change it")
+                                   f"light={old.light}, accounting={old.accounting}, packages={old.packages}, "
+                                   f"Slurm {old.slurm or 'the host'}; run down first to change it")
             log(f"testbed {old.name} is already up ({len(old.nodes)} nodes)")
             print(old.desired_state)
             return 0
@@ -1403,6 +1466,8 @@ def cmd_deps(args: argparse.Namespace) -> int:
         log(" ".join(cmd))
         if subprocess.run(cmd, env=env).returncode != 0:
             raise TestbedError(f"{' '.join(cmd)} failed")
+    for release in slurm_root.other_releases():  # `up --slurm RELEASE` for the release the host does not have
+        release_root(release)
     log(f"fetching real Debian packages for `up --packages` into {package_repo.DEB_CACHE}")
     try:
         package_repo.fetch_real_debs()
@@ -1431,6 +1496,9 @@ def parser() -> argparse.ArgumentParser:
                          "node's only source")
     up.add_argument("--subnet", default=DEFAULT_SUBNET,
                     help="first three octets (default 10.250.0); beyond 200 compute nodes a /20 from there")
+    up.add_argument("--slurm", choices=sorted(slurm_root.RELEASES), default="",
+                    help="Slurm release of the nodes (default: the host's); another release's Debian root is built "
+                         "once with debootstrap and cached")
     up.add_argument("--keep", action="store_true", help="keep a testbed whose up failed, for debugging")
     for name, helptext in (("down", "stop everything and delete the testbed"), ("status", "show nodes")):
         sub.add_parser(name, help=helptext)
