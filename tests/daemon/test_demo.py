@@ -11,24 +11,29 @@ import subprocess
 import pytest
 
 from tests.daemon.harness import REPO
-from tests.testbed_fixture import REGISTRY, _testbed_cli, unavailable
+from tests.testbed_fixture import REGISTRY, SLURM_RELEASES, _testbed_cli, host_release, unavailable
 from tests.wheel_fixture import InstalledWheel
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel) -> None:
-    """deploy/demo runs to the end: first apply, partition commit in sinfo, hand edit healed, bad prolog caught
-    by the canary's smoke job and the cluster whole again, the commit not retried, the fix out in two gated waves.
+@pytest.mark.parametrize("release", SLURM_RELEASES)
+def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel, release: str) -> None:
+    """deploy/demo runs to the end on each Slurm release: first apply, partition commit in sinfo, hand edit healed,
+    bad prolog caught by the canary's smoke job and the cluster whole again, the commit not retried, the fix out in
+    two gated waves.
 
-    The daemon is the `reconciler` of a wheel installed into a fresh venv (not the checkout)."""
+    The daemon is the `reconciler` of a wheel installed into a fresh venv (not the checkout). The host's release
+    runs the demo as the README gives it; the other release is what a host of the other Debian would run by
+    default (`--slurm` only picks the testbed's root)."""
     reason = unavailable()
     if reason:
         pytest.skip(reason)
     name, subnet = REGISTRY.next_name_and_subnet()
+    other = [] if release == host_release() else ["--slurm", release]
     try:
         out = subprocess.run([str(REPO / "deploy" / "demo"), "--nodes", "2", "--name", name, "--subnet", subnet,
-                              "--down"], capture_output=True, text=True, timeout=540, cwd=REPO,
+                              *other, "--down"], capture_output=True, text=True, timeout=540, cwd=REPO,
                              env={**os.environ, "RECONCILER_CMD": str(installed_wheel.reconciler)})
     finally:
         _testbed_cli("down", "--name", name)
