@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from tests.daemon.conftest import DaemonBed
 from tests.daemon.harness import GitRemote
 from tests.engine.conftest import Bed
 from tests.secrets.conftest import FILES as SECRET_FILES
-from tests.testbed_fixture import Testbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed
 
 pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[2]
@@ -84,17 +84,20 @@ class AcctBed:
         return {line for line in text.splitlines() if line.strip()}
 
 
-@pytest.fixture(scope="module")
-def abed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> AcctBed:
-    """A running testbed with slurmdbd on MariaDB; its desired state applied once (so only accounting differs)."""
-    testbed = testbed_factory(nodes=2, accounting=True)
+@pytest.fixture(scope="module", params=SLURM_RELEASES)
+def abed(request: pytest.FixtureRequest, testbed_factory: Callable[..., Testbed],
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcctBed]:
+    """A running testbed (each Slurm release) with slurmdbd on MariaDB; its desired state applied once (so only
+    accounting differs); it goes down after its release's tests."""
+    testbed = testbed_factory(nodes=2, accounting=True, slurm=request.param)
     testbed.wait_idle()
     desired = tmp_path_factory.mktemp("acct") / "desired"
     shutil.copytree(testbed.desired_state, desired)
     applied = cli("apply", str(desired), "--yes")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     testbed.wait_idle()
-    return AcctBed(testbed, desired)
+    yield AcctBed(testbed, desired)
+    testbed.down()
 
 
 def test_01_from_an_empty_database_applied_then_the_second_plan_is_empty(abed: AcctBed) -> None:
