@@ -21,9 +21,10 @@ _SUPERVISOR_RPC = (
     "   except OSError:pass\n"
     "  raise OSError('no socket')\n"
     "class T(x.Transport):\n"
-    " def make_connection(self,host):return C('localhost')\n"
-    "for i in x.ServerProxy('http://localhost',transport=T()).supervisor.getAllProcessInfo():\n"
-    " print(i['group']+':'+i['name'] if i['group']!=i['name'] else i['name'],i['statename'],i['description'])\n"
+    " def make_connection(self,host):self._connection=host,C('localhost');return self._connection[1]\n"
+    "with x.ServerProxy('http://localhost',transport=T()) as s:\n"  # closes the socket (no ResourceWarning)
+    " for i in s.supervisor.getAllProcessInfo():\n"
+    "  print(i['group']+':'+i['name'] if i['group']!=i['name'] else i['name'],i['statename'],i['description'])\n"
 )
 SUPERVISOR_STATUS = f"python3 -c {shlex.quote(_SUPERVISOR_RPC)} 2>/dev/null || supervisorctl status || true"
 

@@ -27,7 +27,7 @@ request = json.load(sys.stdin)
 if request.get("fence"):
     held, refusal = fence_check(request["fence"])
     if refusal:
-        json.dump({"ok": False, "error": refusal}, sys.stdout); sys.exit(0)
+        json.dump({"ok": False, "error": refusal}, sys.stdout); held.close(); sys.exit(0)
 path = request["path"]; folder = os.path.dirname(path)
 os.makedirs(folder, mode=0o700, exist_ok=True)
 if request["owed"] is None:
@@ -42,6 +42,7 @@ fd = os.open(folder, os.O_RDONLY)
 try: os.fsync(fd)
 finally: os.close(fd)
 json.dump({"ok": True}, sys.stdout)
+if request.get("fence"): held.close()  # the fence lock, held through the write (closed: no ResourceWarning at exit)
 '''
 OWED_COMMAND = "python3 -c " + "'" + _SCRIPT.replace("'", "'\"'\"'") + "'"
 

@@ -101,6 +101,7 @@ for op in ops:
     if fence and results[-1].get("ok"):
         journal(fence, op)
 json.dump(results, sys.stdout)
+if fence: held.close()  # the fence lock, held through the writes (closed, not left to exit: no ResourceWarning)
 ''' % {"bak": BACKUP_SUFFIX, "tmp": TMP_MARK, "fence": FENCE_DIR}  # noqa: UP031
 
 REMOTE_SCRIPT = REMOTE_SCRIPT.replace("\nrequest = json.load(sys.stdin)",

@@ -81,6 +81,7 @@ out.update(holder=lease.get("holder") if live else None, epoch=lease.get("epoch"
            expires_in=max(0.0, lease.get("expires", 0.0) - now) if live else 0.0, since=lease.get("since"),
            address=lease.get("address") if live else None, last_holder=lease.get("holder"))
 json.dump(out, sys.stdout)
+lock.close()  # held through the whole request (closed, not left to exit: no ResourceWarning)
 '''
 
 LEASE_COMMAND = "python3 -c " + "'" + LEASE_SCRIPT.replace("'", "'\"'\"'") + "'"

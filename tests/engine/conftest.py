@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.testbed_state import write_state
-from tests.testbed_fixture import Testbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,10 +43,11 @@ class Bed:
                               timeout=timeout, cwd=REPO)
 
 
-@pytest.fixture(scope="package")
-def bed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> Bed:
-    """A bare 2-node testbed (no slurm.conf, daemons stopped) and its desired state."""
-    testbed = testbed_factory(nodes=2, bare=True)
+@pytest.fixture(scope="package", params=SLURM_RELEASES)
+def bed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest) -> Bed:
+    """A bare 2-node testbed (no slurm.conf, daemons stopped) of each Slurm release, and its desired state."""
+    testbed = testbed_factory(nodes=2, bare=True, slurm=request.param)
     desired = write_state(tmp_path_factory.mktemp("desired"), name="rteng", state_dir=testbed.state_dir,
-                          subnet=testbed.subnet, computes="gpu[01-02]")
+                          subnet=testbed.subnet, computes="gpu[01-02]", slurm=testbed.slurm)
     return Bed(testbed=testbed, desired=desired)

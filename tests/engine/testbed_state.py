@@ -7,7 +7,7 @@ from pathlib import Path
 CLUSTER = """\
 cluster:
   name: {name}
-  slurm_version: "22.05"
+  slurm_version: "{slurm}"
   controllers: [ctl]
   slurm_conf:
     SlurmctldPort: 6817
@@ -99,10 +99,12 @@ ROLLOUT_ALL = "rollout:\n  waves: all\n"
 
 
 def write_state(directory: Path, *, name: str, state_dir: Path, subnet: str, computes: str,
-                memory: int = 1000, extra_patches: str = "") -> Path:
-    """Write the YAML files of the test desired state (rolled out all at once); return the directory."""
+                memory: int = 1000, extra_patches: str = "", slurm: str = "22.05") -> Path:
+    """Write the YAML files of the test desired state (rolled out all at once, declaring Slurm release SLURM, the
+    testbed's `.slurm`); return the directory."""
     directory.mkdir(parents=True, exist_ok=True)
-    values = {"name": name, "state_dir": state_dir, "subnet": subnet, "computes": computes, "memory": memory}
+    values = {"name": name, "state_dir": state_dir, "subnet": subnet, "computes": computes, "memory": memory,
+              "slurm": slurm}
     (directory / "cluster.yaml").write_text(CLUSTER.format(**values))
     (directory / "nodes.yaml").write_text(INVENTORY.format(**values))
     (directory / "storage.yaml").write_text(STORAGE.format(**values))

@@ -3,6 +3,9 @@
 `python -m pytest tests/faults -q` runs each fault a few times (what CI runs); `--full` (or
 RECONCILER_FAULTS_FULL=1) runs every fault at least 10 times (20 SIGKILL points). RECONCILER_FAULTS_SEED picks
 the seed (default 22): the same seed injects at the same points.
+
+The Slurm-facing faults (SLURM_FACING) run on a testbed of each Slurm release (SLURM_RELEASES); the others (Git
+remote, state directory, clock) do not depend on Slurm and run on the host's release only, to keep CI short.
 """
 
 from __future__ import annotations
@@ -17,9 +20,25 @@ from tests.daemon.harness import GitRemote
 from tests.engine.testbed_state import write_state
 from tests.faults.bed import COMPUTES, FaultBed, payload_yaml
 from tests.faults.record import FaultTally
-from tests.testbed_fixture import Testbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed, host_release
 
 DEFAULT_SEED = 22
+# Faults whose outcome goes through Slurm's daemons or tools (reconfigure, drains, slurmd restarts, munge, node
+# reboots): these run on every release; the closing whole-payload check runs after each release's faults.
+SLURM_FACING = {
+    "test_daemon_sigkilled_at_random_points_of_an_apply", "test_node_rebooted_while_the_fact_agent_runs",
+    "test_slurmctld_stopped_when_a_reconfigure_is_due", "test_munge_stopped_on_a_node",
+    "test_munge_stopped_on_the_controller_reconfigure_is_not_lost", "test_node_rebooted_while_facts_are_gathered",
+    "test_payload_is_whole_everywhere_at_the_end",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """fbed's release: every release for the Slurm-facing faults, the host's for the rest."""
+    if "fbed" in metafunc.fixturenames:
+        releases = SLURM_RELEASES if metafunc.function.__name__ in SLURM_FACING else (
+            host_release() or SLURM_RELEASES[0],)
+        metafunc.parametrize("fbed", releases, indirect=True, scope="package")
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +55,8 @@ def fault_seed() -> int:
 
 @pytest.fixture
 def rng(fault_seed: int, request: pytest.FixtureRequest) -> random.Random:
-    """A random generator seeded by the suite seed and the test's name (same points on every run)."""
-    return random.Random(f"{fault_seed}:{request.node.name}")
+    """A random generator seeded by the suite seed and the test's name (same points on every run and release)."""
+    return random.Random(f"{fault_seed}:{request.node.originalname}")
 
 
 @pytest.fixture
@@ -47,12 +66,15 @@ def repeats(full_run: bool) -> Callable[[int, int], int]:
 
 
 @pytest.fixture
-def tally(fault_seed: int) -> Iterator[Callable[[str], FaultTally]]:
-    """tally(fault) -> a FaultTally written to the results file when the test ends (pass or fail)."""
+def tally(fault_seed: int, request: pytest.FixtureRequest) -> Iterator[Callable[[str], FaultTally]]:
+    """tally(fault) -> a FaultTally written to the results file when the test ends (pass or fail), its fault named
+    with the testbed's Slurm release."""
     made: list[FaultTally] = []
+    callspec = getattr(request.node, "callspec", None)
+    release = callspec.params.get("fbed") if callspec else None
 
     def make(fault: str) -> FaultTally:
-        made.append(FaultTally(fault, fault_seed))
+        made.append(FaultTally(f"{fault} (Slurm {release})" if release else fault, fault_seed))
         return made[-1]
 
     yield make
@@ -62,11 +84,13 @@ def tally(fault_seed: int) -> Iterator[Callable[[str], FaultTally]]:
 
 
 @pytest.fixture(scope="package")
-def fbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> FaultBed:
-    """A bare 3-compute testbed converged once by `reconciler apply`, with its desired state also in Git."""
-    testbed = testbed_factory(nodes=len(COMPUTES), bare=True)
+def fbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory,
+         request: pytest.FixtureRequest) -> FaultBed:
+    """A bare 3-compute testbed of the test's Slurm release (see pytest_generate_tests) converged once by
+    `reconciler apply`, with its desired state also in Git."""
+    testbed = testbed_factory(nodes=len(COMPUTES), bare=True, slurm=request.param)
     desired = write_state(tmp_path_factory.mktemp("desired"), name="rtflt", state_dir=testbed.state_dir,
-                          subnet=testbed.subnet, computes="gpu[01-03]")
+                          subnet=testbed.subnet, computes="gpu[01-03]", slurm=testbed.slurm)
     (desired / "faults.yaml").write_text(payload_yaml(0))
     root = tmp_path_factory.mktemp("faults")
     bed = FaultBed(testbed, desired, GitRemote.create(root, desired), root)
