@@ -6,12 +6,12 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.testbed_fixture import Testbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed
 
 pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[2]
@@ -23,10 +23,12 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def imported(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> tuple[Testbed, Path]:
-    """A running (not bare) testbed and its import over SSH, with the testbed's inventory added."""
-    testbed = testbed_factory(nodes=2, bare=False)
+@pytest.fixture(scope="module", params=SLURM_RELEASES)
+def imported(request: pytest.FixtureRequest, testbed_factory: Callable[..., Testbed],
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, Path]]:
+    """A running (not bare) testbed of each Slurm release and its import over SSH, with the testbed's inventory
+    added; the testbed goes down after its release's tests."""
+    testbed = testbed_factory(nodes=2, bare=False, slurm=request.param)
     testbed.wait_idle()
     out = tmp_path_factory.mktemp("imported") / "state"
     result = cli("import", "ssh://ctl", "--out", str(out), "--ssh-config", str(testbed.ssh_config),
@@ -35,13 +37,14 @@ def imported(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.T
     assert (out / "cluster.yaml").is_file() and (out / "nodes.yaml").is_file()
     # "add its inventory": the testbed's own nodes.yaml says how to reach the nodes
     shutil.copy(testbed.desired_state / "nodes.yaml", out / "nodes.yaml")
-    return testbed, out
+    yield testbed, out
+    testbed.down()
 
 
 def test_import_reads_the_running_cluster(imported: tuple[Testbed, Path]) -> None:
     testbed, out = imported
     text = (out / "cluster.yaml").read_text()
-    assert f"name: {testbed.name}" in text and 'slurm_version: "22.05"' in text.replace("'", '"')
+    assert f"name: {testbed.name}" in text and f'slurm_version: "{testbed.slurm}"' in text.replace("'", '"')
     assert "ReturnToService: 2" in text and "nodes: gpu[01-02]" in text
 
 

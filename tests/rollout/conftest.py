@@ -99,13 +99,29 @@ class RolloutBed:
         self.started.append(daemon)
         return daemon
 
+    @property
+    def computes(self) -> list[str]:
+        """The compute nodes of this bed (COMPUTES on the package's bed)."""
+        return self.bed.testbed.computes
+
+    @property
+    def slurm(self) -> str:
+        """The bed's Slurm release."""
+        return self.bed.testbed.slurm
+
+    def close(self) -> None:
+        """Kill every daemon this bed started and stop its webhook (the testbed goes with the session's)."""
+        for daemon in self.started:
+            daemon.kill()
+        self.webhook.server.shutdown()
+
     def exec(self, node: str, command: str, check: bool = True) -> str:
         """Run a command inside a node; its stdout."""
         return self.bed.exec(node, command, check=check).stdout
 
     def on_all(self, command: str) -> dict[str, str]:
         """COMMAND's stdout on every compute node."""
-        return {n: self.exec(n, command, check=False).strip() for n in COMPUTES}
+        return {n: self.exec(n, command, check=False).strip() for n in self.computes}
 
     def drained(self) -> dict[str, str]:
         """Drained/draining compute nodes and their reasons, from sinfo."""
@@ -127,12 +143,13 @@ def journal(state_dir: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-@pytest.fixture(scope="package")
-def rbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutBed]:
-    """Bare 16-node testbed; a first daemon configures it (Slurm does not answer yet: one ungated wave)."""
-    testbed = testbed_factory(nodes=16, bare=True)
+def make_rbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory, nodes: int = 16,
+              slurm: str = "") -> RolloutBed:
+    """A bare testbed of NODES compute nodes (SLURM: its release, default the host's) configured by a first daemon
+    (Slurm does not answer yet: one ungated wave)."""
+    testbed = testbed_factory(nodes=nodes, bare=True, slurm=slurm)
     desired = write_state(tmp_path_factory.mktemp("desired"), name="rtrol", state_dir=testbed.state_dir,
-                          subnet=testbed.subnet, computes="gpu[01-16]")
+                          subnet=testbed.subnet, computes=f"gpu[01-{nodes:02d}]", slurm=testbed.slurm)
     cluster = desired / "cluster.yaml"
     cluster.write_text(cluster.read_text().replace("    SlurmdParameters: config_overrides\n",
                                                    "    SlurmdParameters: config_overrides\n"
@@ -145,7 +162,12 @@ def rbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempP
     first.wait_applied(remote.head(), timeout=300)
     first.stop()
     testbed.wait_idle(timeout=120)
+    return state
+
+
+@pytest.fixture(scope="package")
+def rbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutBed]:
+    """Bare 16-node testbed of the host's Slurm release; a first daemon configures it."""
+    state = make_rbed(testbed_factory, tmp_path_factory)
     yield state
-    for daemon in state.started:
-        daemon.kill()
-    state.webhook.server.shutdown()
+    state.close()

@@ -12,17 +12,23 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reconciler import hostlist
 from tests.daemon.harness import REPO, DaemonProcess
-from tests.rollout.conftest import COMPUTES, GOOD_PROLOG, RolloutBed, journal
+from tests.rollout.conftest import COMPUTES, GOOD_PROLOG, RolloutBed, journal, make_rbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed, host_release
 
 pytestmark = pytest.mark.timeout(900)
 PROLOG = "/etc/slurm/prolog.sh"
 MANAGED = "/etc/rollout-test.conf"
+OTHER_NODES = 4  # the other release's bed: still three waves (canary 1, then 50%, then 100%)
+WAVES = {16: ["gpu01", "gpu[02-08]", "gpu[09-16]"], 4: ["gpu01", "gpu02", "gpu[03-04]"]}
+BUSY = {16: "gpu05", 4: "gpu02"}  # a node of the second wave, by the bed's size
 
 
 def prolog_patch(content: str) -> Any:
@@ -34,10 +40,10 @@ def prolog_patch(content: str) -> Any:
     return edit
 
 
-def files_yaml(content: str) -> Any:
-    """files.yaml: one managed file on every compute node."""
+def files_yaml(content: str, nodes: str = "gpu[01-16]") -> Any:
+    """files.yaml: one managed file on every compute node (NODES)."""
     body = "".join(f"      {line}\n" for line in content.splitlines())
-    return lambda _: f"files:\n  - path: {MANAGED}\n    nodes: gpu[01-16]\n    content: |\n{body}"
+    return lambda _: f"files:\n  - path: {MANAGED}\n    nodes: {nodes}\n    content: |\n{body}"
 
 
 def status_text(daemon: DaemonProcess) -> str:
@@ -75,8 +81,28 @@ def daemon(rbed: RolloutBed) -> DaemonProcess:
     return running
 
 
-def test_bad_prolog_stops_at_the_canary_is_rolled_back_and_never_retried(rbed: RolloutBed,
-                                                                         daemon: DaemonProcess) -> None:
+@pytest.fixture(scope="module", params=SLURM_RELEASES)
+def released(request: pytest.FixtureRequest, testbed_factory: Callable[..., Testbed],
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RolloutBed, DaemonProcess]]:
+    """A bed and its daemon for each Slurm release: the package's 16-node bed for the host's release, a second
+    OTHER_NODES-node bed for the other one (torn down after this module)."""
+    if request.param == host_release():
+        yield request.getfixturevalue("rbed"), request.getfixturevalue("daemon")
+        return
+    other = make_rbed(testbed_factory, tmp_path_factory, nodes=OTHER_NODES, slurm=request.param)
+    try:
+        running = other.daemon(state_dir=other.root / "state-main")
+        running.wait_applied(other.remote.head(), timeout=120)
+        yield other, running
+    finally:
+        other.close()
+        other.bed.testbed.down()
+
+
+def test_bad_prolog_stops_at_the_canary_is_rolled_back_and_never_retried(
+        released: tuple[RolloutBed, DaemonProcess]) -> None:
+    rbed, daemon = released
+    computes = rbed.computes
     before = mtimes(rbed, PROLOG)
     assert set(rbed.on_all(f"cat {PROLOG}").values()) == {GOOD_PROLOG.strip()}
     bad = rbed.remote.commit("prolog that fails", {"patches.yaml": prolog_patch("#!/bin/sh\necho no >&2\nexit 1")})
@@ -86,11 +112,11 @@ def test_bad_prolog_stops_at_the_canary_is_rolled_back_and_never_retried(rbed: R
     assert record["nodes"] == "gpu01", record
     # Only the canary got it, and it has the old script back; no other node's file was touched.
     after = mtimes(rbed, PROLOG)
-    assert {n: after[n] for n in COMPUTES[1:]} == {n: before[n] for n in COMPUTES[1:]}
+    assert {n: after[n] for n in computes[1:]} == {n: before[n] for n in computes[1:]}
     assert set(rbed.on_all(f"cat {PROLOG}").values()) == {GOOD_PROLOG.strip()}
     # Slurm drained the canary ("Prolog error"); the rollback resumed it: every node takes a job again.
     assert rbed.drained() == {}
-    srun = rbed.bed.exec("ctl", "timeout 60 srun -N16 --immediate=30 true", check=False)
+    srun = rbed.bed.exec("ctl", f"timeout 60 srun -N{len(computes)} --immediate=30 true", check=False)
     assert srun.returncode == 0, srun.stderr
     text = status_text(daemon)
     assert "smoke-job" in text and "gpu01" in text and "Prolog error" in text, text
@@ -112,7 +138,7 @@ def test_bad_prolog_stops_at_the_canary_is_rolled_back_and_never_retried(rbed: R
     daemon.wait_applied(fixed, timeout=300)
     (done,) = rollouts_of(daemon, fixed)
     assert done["status"] == "complete", done
-    assert [w["nodeset"] for w in done["waves"]["waves"]] == ["gpu01", "gpu[02-08]", "gpu[09-16]"]
+    assert [w["nodeset"] for w in done["waves"]["waves"]] == WAVES[len(computes)]
     assert all(w["ok"] for w in done["timeline"]) and len(done["timeline"]) == 3
     assert set(rbed.on_all(f"cat {PROLOG}").values()) == {"#!/bin/sh\necho fixed\nexit 0"}
     assert rbed.drained() == {}
@@ -142,24 +168,26 @@ def test_mount_of_a_missing_export_fails_on_the_canary_and_is_restored(rbed: Rol
     daemon.wait_applied(good, timeout=120)
 
 
-def test_good_commit_goes_through_three_waves_without_touching_a_running_job(rbed: RolloutBed,
-                                                                             daemon: DaemonProcess) -> None:
-    job = rbed.exec("ctl", "sbatch --parsable -w gpu05 -n1 --wrap 'sleep 900'").strip()
+def test_good_commit_goes_through_three_waves_without_touching_a_running_job(
+        released: tuple[RolloutBed, DaemonProcess]) -> None:
+    rbed, daemon = released
+    busy = BUSY[len(rbed.computes)]
+    job = rbed.exec("ctl", f"sbatch --parsable -w {busy} -n1 --wrap 'sleep 900'").strip()
     daemon.wait_for("the job to run", lambda: rbed.exec("ctl", f"squeue -h -j {job} -o %T").strip() == "RUNNING",
                     60)
     try:
-        good = rbed.remote.commit("a managed file everywhere", {"files.yaml": files_yaml("setting = 1")})
+        good = rbed.remote.commit("a managed file everywhere", {"files.yaml": files_yaml("setting = 1", hostlist.compress(rbed.computes))})
         daemon.wait_applied(good, timeout=300)
         assert rbed.exec("ctl", f"squeue -h -j {job} -o %T").strip() == "RUNNING"
         (done,) = rollouts_of(daemon, good)
         assert done["status"] == "complete"
         timeline = done["timeline"]
-        assert [w["nodes"] for w in timeline] == ["gpu01", "gpu[02-08]", "gpu[09-16]"]
+        assert [w["nodes"] for w in timeline] == WAVES[len(rbed.computes)]
         for wave in timeline:
             assert wave["started"] <= wave["applied_at"] <= wave["ended"]
             assert [g["gate"] for g in wave["gates"]] == ["smoke-job"] and all(g["ok"] for g in wave["gates"])
         assert "soak" in timeline[0] and "soak" in timeline[1] and timeline[1]["soak"]["ok"]
-        # The smoke job ran beside the job on gpu05 (one CPU of two): it was not skipped there.
+        # The smoke job ran beside the job on the busy node (one CPU of two): it was not skipped there.
         assert "skipped" not in timeline[1]["gates"][0]["message"]
         assert set(rbed.on_all(f"cat {MANAGED}").values()) == {"setting = 1"}
         assert "rollout" in status_text(daemon)
@@ -167,8 +195,9 @@ def test_good_commit_goes_through_three_waves_without_touching_a_running_job(rbe
         rbed.exec("ctl", f"scancel {job}", check=False)
 
 
-def test_slurm_conf_change_goes_out_together_gated_and_is_rolled_back_together(rbed: RolloutBed,
-                                                                             daemon: DaemonProcess) -> None:
+def test_slurm_conf_change_goes_out_together_gated_and_is_rolled_back_together(
+        released: tuple[RolloutBed, DaemonProcess]) -> None:
+    rbed, daemon = released
     body = "tail -n +2 /etc/slurm/slurm.conf"  # the first line names the commit that wrote the file
     conf = rbed.on_all(body)
     bad = rbed.remote.commit("typo in the Prolog path", {"cluster.yaml": lambda text: text.replace(
@@ -191,11 +220,13 @@ def check_cluster_wave_rolled_back(rbed: RolloutBed, daemon: DaemonProcess, bad:
     assert wave["cluster"] and wave["name"] == "cluster" and "slurm.conf" in wave["why"]
     assert done["waves"]["gates"][0] == "slurm" and done["timeline"][0]["gates"][0]["ok"]  # slurmctld fine
     assert rbed.on_all(body) == conf
-    assert "prolgo" not in rbed.exec("ctl", "scontrol show config | grep -i '^Prolog '")
+    # 24.11 prints each of several Prologs as Prolog[i] (22.05: Prolog)
+    prolog = rbed.exec("ctl", "scontrol show config | grep -E '^Prolog(\\[[0-9]+\\])? '")
+    assert "prolgo" not in prolog and "/etc/slurm/prolog.sh" in prolog, prolog
     assert rbed.drained() == {}
     # Slurm drained the nodes the job's prolog failed on ("Prolog error"): all resumed, none left drained.
-    assert record["resumed"] and set(record["resumed"]) <= set(COMPUTES)
-    srun = rbed.bed.exec("ctl", "timeout 60 srun -N16 --immediate=30 true", check=False)
+    assert record["resumed"] and set(record["resumed"]) <= set(rbed.computes)
+    srun = rbed.bed.exec("ctl", f"timeout 60 srun -N{len(rbed.computes)} --immediate=30 true", check=False)
     assert srun.returncode == 0, srun.stderr
 
 
