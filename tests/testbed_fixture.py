@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -213,13 +214,29 @@ def reap_stale() -> None:
                 _testbed_cli("down", "--name", owner.parent.name)
 
 
+RESERVED = ".subnet-"  # BASE/.subnet-A.B.C holds the PID of the pytest process that picked that subnet
+
+
 def _used_subnets() -> set[str]:
-    """Subnets of the testbeds that exist now."""
+    """Subnets of the testbeds that exist now, and those a live pytest process picked (it may not be up yet)."""
     used = set()
     for state in BASE.glob("*/state.json") if BASE.is_dir() else []:
         with contextlib.suppress(OSError, ValueError, KeyError):
             used.add(json.loads(state.read_text())["subnet"])
+    for mark in BASE.glob(f"{RESERVED}*") if BASE.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if _pid_alive(int(mark.read_text().strip())):
+                used.add(mark.name[len(RESERVED):])
     return used
+
+
+@contextlib.contextmanager
+def _subnet_lock() -> Iterator[None]:
+    """An flock that makes picking and reserving a subnet one step between pytest processes (pytest -n)."""
+    BASE.mkdir(parents=True, exist_ok=True)
+    with open(BASE / ".subnets.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 class Registry:
@@ -234,17 +251,23 @@ class Registry:
         beyond WIDE_FROM compute nodes a /20 in 10.252.x (third octet a multiple of 16)."""
         self.counter += 1
         name = f"pt{os.getpid() % 100000}x{self.counter}"[:12]
-        used = _used_subnets()
+        with _subnet_lock():
+            subnet = self._free_subnet(nodes, _used_subnets())
+            (BASE / f"{RESERVED}{subnet}").write_text(f"{os.getpid()}\n")
+        return name, subnet
+
+    def _free_subnet(self, nodes: int, used: set[str]) -> str:
+        """A subnet not in USED (see next_name_and_subnet)."""
         if nodes > WIDE_FROM:
             for step in range(16):
                 third = ((os.getpid() + self.counter + step) % 16) * 16
                 if not any(f"10.252.{third + k}" in used for k in range(16)):
-                    return name, f"10.252.{third}"
+                    return f"10.252.{third}"
             raise RuntimeError("no free 10.252.x.0/20 subnet for a testbed")
         for third in range((os.getpid() + self.counter * 7) % 200, 256 + 200):
             subnet = f"10.251.{third % 256}"
             if subnet not in used and 0 < third % 256 < 255:
-                return name, subnet
+                return subnet
         raise RuntimeError("no free 10.251.x.0/24 subnet for a testbed")
 
     def up(self, nodes: int, bare: bool, configless: bool = False, light: bool = False,
