@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import drain_steps, responding_command
-from reconciler.drivers.slurm_config import RECONFIGURE
+from reconciler.drivers.slurmctld_steps import reconfigure_step
 from reconciler.engine.context import Context
 from reconciler.engine.followups import (
     ORDER_COMPUTE,
@@ -154,7 +154,7 @@ class ManagedFilesDriver:
             if kind == "command":
                 steps.append(command(node, target, self.phase, reason))
             elif kind == "reconfigure":
-                steps.append(command(ctl, RECONFIGURE, self.phase, reason, order=ORDER_CONTROLLER))
+                steps.append(reconfigure_step(ctx, self.phase, reason))
             elif kind == "reload":
                 steps.append(service(node, "reload", target, self.phase, reason,
                                      order=SERVICE_ORDER.get(target, ORDER_SERVICE)))

@@ -6,8 +6,14 @@ from __future__ import annotations
 import shlex
 
 from reconciler.drivers.base import file_change
-from reconciler.drivers.node_state import CONTROLLER_UP, drain_steps, responding_command
-from reconciler.drivers.slurm_consequences import Consequence, node_definition_changed, slurm_conf_consequence
+from reconciler.drivers.node_state import drain_steps, responding_command
+from reconciler.drivers.slurm_consequences import (
+    Consequence,
+    conf_file_consequence,
+    node_definition_changed,
+    slurm_conf_consequence,
+)
+from reconciler.drivers.slurmctld_steps import RECONFIGURE, controller_steps_ready, reconfigure_step
 from reconciler.engine.context import Context, shared_render
 from reconciler.engine.followups import (
     ORDER_COMMAND,
@@ -29,7 +35,6 @@ from reconciler.render import configless, managed_files_for
 from reconciler.render.files import file_path, is_slurm_node
 from reconciler.slurmconf import same_meaning, same_pairs
 
-RECONFIGURE = "scontrol reconfigure"
 # supervisord: read the changed program files, then (re)start slurmd with its new command line.
 SUPERVISOR_UPDATE = "supervisorctl reread && supervisorctl update slurmd"
 
@@ -143,9 +148,8 @@ class SlurmConfigDriver:
                 if node in compute_set:
                     configless_steps += self._configless_followups(ctx, node, path, slurmd)
                 continue
-            if name != "slurm.conf":
-                if node in compute_set:
-                    slurmd.setdefault(node, []).append(f"{name} changed on {node}: slurmd must restart")
+            if name != "slurm.conf":  # gres.conf, cgroup.conf: by the keys that changed for the node, per family
+                self._conf_file(ctx, node, name, compute, slurmd, ctld, reconfigure)
                 continue
             desired = desired or shared_render(ctx, node, "slurm.conf")
             before = _current(ctx, node, "slurm.conf")
@@ -174,13 +178,14 @@ class SlurmConfigDriver:
             ctld.append("slurmctld is not running")
         steps: list[FollowUp] = []
         if ctld:
+            ready, gone = controller_steps_ready(ctx)
             step = service(ctl, "start" if ctl_down else "restart", "slurmctld", self.phase, ctld[0],
-                           order=ORDER_CONTROLLER, ready=CONTROLLER_UP)
-            step.reasons = ctld
+                           order=ORDER_CONTROLLER, ready=ready)
+            step.reasons, step.gone = ctld, gone
             step.supersedes = [followup_key(ctl, "command", RECONFIGURE)]
             steps.append(step)
         elif reconfigure:
-            steps.append(command(ctl, RECONFIGURE, self.phase, reconfigure[0], order=ORDER_CONTROLLER))
+            steps.append(reconfigure_step(ctx, self.phase, reconfigure[0]))
         for node in compute:
             unit = ctx.facts.nodes[node].services.get("slurmd")
             down = unit is not None and not unit.running
@@ -195,6 +200,24 @@ class SlurmConfigDriver:
             step.reasons = slurmd[node]
             steps.append(step)
         return steps + configless_steps
+
+    def _conf_file(self, ctx: Context, node: str, name: str, compute: list[str], slurmd: dict[str, list[str]],
+                   ctld: list[str], reconfigure: list[str]) -> None:
+        """A gres.conf/cgroup.conf change on NODE: reconfigure, and the restarts its changed keys need in this
+        family (23.11+ reconfigure re-reads gres.conf; before, that node's slurmd restarts). On a configless
+        controller the file is every client's: each client whose lines changed is judged too."""
+        family = ctx.state.cluster.slurm_version
+        before, after = _current(ctx, node, name), shared_render(ctx, node, name)
+        judged = [node] + ([n for n in compute if n != node and configless.is_client(ctx.state, n)]
+                           if node == ctx.controller and ctx.state.cluster.mode == "configless" else [])
+        for other in judged:
+            consequence = conf_file_consequence(name, before, after, other, family)
+            if consequence.reconfigure and not reconfigure:
+                reconfigure.append(f"{name} changed")
+            if consequence.restart_slurmctld:
+                ctld += [r for r in consequence.reasons if r not in ctld and "slurmctld" in r]
+            if consequence.restart_slurmd_here and other in compute:
+                slurmd.setdefault(other, []).append(f"{name} changed on {other}: slurmd must restart")
 
     def _configless_followups(self, ctx: Context, node: str, path: str, slurmd: dict[str, list[str]]) -> list[FollowUp]:
         """A configless node's file changed: systemd reloads its units and slurmd restarts (rolling); supervisord

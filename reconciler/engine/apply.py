@@ -195,10 +195,16 @@ class Applier:
 
     def _action(self, step: FollowUp) -> tuple[str, str]:
         """The command and its label: a restart of a service that does not run is a start."""
-        if step.kind == "command":
-            return step.target, step.label or step.target
-        kind = step.kind
         facts = self.ctx.facts.nodes.get(step.node)
+        if step.kind == "command":
+            label = step.label or step.target
+            unit = facts.services.get(step.service) if facts and step.service else None
+            if step.service and unit is not None and not unit.running:  # a reconfigure cannot reach a dead daemon
+                manager = self.ctx.specs[step.node].service_manager
+                return (control_command(manager, "start", step.service),
+                        f"start {step.service} (not running: instead of `{label}`)")
+            return step.target, label
+        kind = step.kind
         unit = facts.services.get(step.target) if facts else None
         if kind == "restart" and unit is not None and not unit.running:
             kind = "start"
@@ -210,15 +216,30 @@ class Applier:
         cmd, label = self._action(step)
         if not self._step(step.host, step.node, cmd, label):
             return False
-        if step.ready:
-            ready_on = step.ready_on or step.host
-            if not self._wait(lambda: self._run_on(ready_on, step.ready or "true")[0],
-                              self.options.responding_timeout):
-                self.result.fail(step.node, f"{label} on {step.node}: not ready after "
-                                            f"{self.options.responding_timeout:.0f}s")
-                return False
+        if step.ready and not self._ready(step, label):
+            return False
         self.done.add(step.key)
         return True
+
+    def _ready(self, step: FollowUp, label: str) -> bool:
+        """Wait until the step's service answers (`ready`), or until `gone` says it never will; a failure
+        carries the last thing `ready` printed (why the service is not up)."""
+        ready_on = step.ready_on or step.host
+        said = {"why": "", "gone": False}
+
+        def ready() -> bool:
+            ok, out = self._run_on(ready_on, step.ready or "true")
+            said["why"] = "" if ok else " ".join(out.split())[-300:]
+            if not ok and step.gone:
+                said["gone"] = self._run_on(ready_on, step.gone)[0]
+            return ok
+
+        if self._wait(ready, self.options.responding_timeout, give_up=lambda: bool(said["gone"])):
+            return True
+        waited = ("stopped (its service manager gave it up)" if said["gone"]
+                  else f"not ready after {self.options.responding_timeout:.0f}s")
+        self.result.fail(step.node, f"{label} on {step.node}: {waited}" + (f": {said['why']}" if said["why"] else ""))
+        return False
 
     def _rolling(self, step: FollowUp) -> None:
         """Drain first when jobs run (unless someone drained the node already), wait them out, run the step,
@@ -254,12 +275,13 @@ class Applier:
             self.log(f"{host}: {label}")
         return ok
 
-    def _wait(self, condition: Callable[[], bool], timeout: float, stoppable: bool = False) -> bool:
+    def _wait(self, condition: Callable[[], bool], timeout: float, stoppable: bool = False,
+              give_up: Callable[[], bool] = lambda: False) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition():
                 return True
-            if stoppable and self.options.should_stop():
+            if (stoppable and self.options.should_stop()) or give_up():
                 return False
             time.sleep(self.options.poll_interval)
         return condition()

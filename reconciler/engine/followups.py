@@ -51,6 +51,10 @@ class FollowUp(BaseModel):
     drain: DrainSteps | None = Field(default=None, description="Drain first when jobs run (rolling only)")
     ready: str | None = Field(default=None, description="Exits 0 once the service answers again")
     ready_on: str | None = Field(default=None, description="Node whose shell runs `ready` (default: run_on/node)")
+    gone: str | None = Field(default=None, description="Exits 0 when the service stopped for good: stop waiting "
+                             "for `ready` (run on ready_on)")
+    service: str | None = Field(default=None, description="The service a command acts on: where it does not run "
+                                "when the step comes, the step starts it instead (a reconfigure of a dead daemon)")
     jobs: list[str] = Field(default_factory=list, description="Jobs running on the node when planned")
     reasons: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list, description="Keys of follow-ups this one makes needless")
@@ -106,6 +110,8 @@ def merge(followups: Iterable[FollowUp]) -> list[FollowUp]:
         have.drain = have.drain or item.drain
         have.ready = have.ready or item.ready
         have.ready_on = have.ready_on or item.ready_on
+        have.gone = have.gone or item.gone
+        have.service = have.service or item.service
         have.reasons += [r for r in item.reasons if r not in have.reasons]
         have.jobs += [j for j in item.jobs if j not in have.jobs]
         have.supersedes += [s for s in item.supersedes if s not in have.supersedes]

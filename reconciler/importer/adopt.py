@@ -33,15 +33,17 @@ SCRIPT_PARAMS = ("Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld", "Task
                  "SuspendProgram", "ResumeFailProgram", "UnkillableStepProgram")
 RESTART_SLURMD = "restart slurmd rolling"
 RECONFIGURE = "scontrol reconfigure"
-# Files of the config directory Slurm reads, and what a change of one needs. SPANK plugins (plugstack.conf) and
-# the job_container plugin are loaded when slurmd starts; topology, accounting-gather, OCI, helpers and MPI
-# settings are read again on `scontrol reconfigure`; slurmctld reloads job_submit.lua itself when it changes.
+# Files of the config directory Slurm reads, and what a change of one needs. plugstack.conf (SPANK plugins) is
+# read afresh by every job step, so a change needs nothing (observed on 22.05 and 24.11 by
+# tests/params/test_observed_consequences_testbed.py); the job_container plugin is loaded when slurmd starts;
+# topology, accounting-gather, OCI, helpers and MPI settings are read again on `scontrol reconfigure`; slurmctld
+# reloads job_submit.lua itself when it changes.
 CONFIG_FILES: dict[str, str | None] = {
-    "plugstack.conf": RESTART_SLURMD, "topology.conf": RECONFIGURE, "job_submit.lua": None,
+    "plugstack.conf": None, "topology.conf": RECONFIGURE, "job_submit.lua": None,
     "acct_gather.conf": RECONFIGURE, "oci.conf": RECONFIGURE, "helpers.conf": RECONFIGURE,
     "job_container.conf": RESTART_SLURMD, "mpi.conf": RECONFIGURE,
 }
-CONFIG_GLOBS: dict[str, str | None] = {"plugstack.conf.d/*": RESTART_SLURMD}
+CONFIG_GLOBS: dict[str, str | None] = {"plugstack.conf.d/*": None}  # read by each job step, as above
 SERVICES = ("slurmctld", "slurmd", "slurmdbd", "munge", "nfs-server", "nfs-kernel-server")
 MUNGE_KEY = "/etc/munge/munge.key"
 # Programs a package owns (RebootProgram=/sbin/reboot): left to the package manager, never adopted.

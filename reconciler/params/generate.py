@@ -52,8 +52,9 @@ SLURM_CONF_TABLES = {"slurm_conf_options": "global", "_nodename_options": "node"
 # drivers/slurm_consequences.py made before these tables existed; tests/params compares them.
 
 # Never applied by `scontrol reconfigure`, in any version (listening ports, auth, where state lives): restart both.
+# (SlurmdPort was here until the testbed measured it: see CURATED_OBSERVED_GLOBAL.)
 CURATED_ALWAYS_RESTART = (
-    "SlurmctldHost", "ControlMachine", "SlurmctldPort", "SlurmdPort", "AuthType", "AuthAltTypes", "CredType",
+    "SlurmctldHost", "ControlMachine", "SlurmctldPort", "AuthType", "AuthAltTypes", "CredType",
     "SlurmUser", "SlurmdUser", "StateSaveLocation", "SlurmdSpoolDir", "PluginDir", "ClusterName",
     "SlurmctldParameters", "CommunicationParameters",
 )
@@ -62,18 +63,68 @@ CURATED_ALWAYS_RESTART = (
 CURATED_RESTART_BEFORE_23_11 = (
     "SelectType", "SelectTypeParameters", "SwitchType", "ProctrackType", "TaskPlugin", "GresTypes",
     "JobAcctGatherType", "JobAcctGatherParams", "AccountingStorageType", "AccountingStorageHost",
-    "JobCompType", "MpiDefault", "PrologFlags", "LaunchParameters", "SlurmdParameters", "TopologyPlugin",
+    "JobCompType", "MpiDefault", "PrologFlags", "LaunchParameters", "SlurmdParameters",
     "PriorityType", "SchedulerType", "PreemptType", "SlurmctldPidFile", "SlurmdPidFile", "TreeWidth",
     "KeepAliveTime", "MessageTimeout",
 )
-# Keys of a NodeName= line that slurmd reads at start (hardware and GRES): that node's slurmd restarts.
+# Keys of a NodeName= line that slurmd reads at start (hardware and GRES): that node's slurmd restarts (drained
+# where jobs run). Before 23.11 slurmctld keeps the old definition until it restarts too; from 23.11 on
+# reconfigure applies Gres (CURATED_OBSERVED_NODE).
 CURATED_NODE_RESTART_KEYS = ("CPUs", "Boards", "Sockets", "SocketsPerBoard", "CoresPerSocket",
                              "ThreadsPerCore", "RealMemory", "Gres", "CpuSpecList", "MemSpecLimit")
-# Adding or removing a NodeName= line needed both daemons restarted before 24.11 (dynamic node changes by
-# reconfigure arrived in 24.11).
-CURATED_NODENAME_RESTART_BEFORE_24_11 = True
-# gres.conf and cgroup.conf are read by slurmd at start: a change restarts slurmd on the node (any key, any version).
-CURATED_SLURMD_FILES = ("gres.conf", "cgroup.conf")
+# cgroup.conf is read by slurmd at start: a change restarts slurmd on the node (any key, any version). The testbed
+# has not observed it validly yet (tests/params/test_observed_consequences_testbed.py: "none worked").
+CURATED_SLURMD_FILES = ("cgroup.conf",)
+
+# Measured on real daemons of 22.05 and 24.11 by tests/params/test_observed_consequences_testbed.py (the table in
+# README.md, "Observed on the testbed"). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
+# (SchedMD changed reconfigure in 23.11): the notes say which families are observed and which inferred.
+OBSERVED_IN = "tests/params/test_observed_consequences_testbed.py"
+# Global keys: family -> (kind, why). SlurmdPort: slurmctld needs no restart (it only dials the new port once its
+# reconfigure has read it), every slurmd restarts to listen there; this overrides the 22.05/23.02 man pages'
+# "A restart of slurmctld is required".
+CURATED_OBSERVED_GLOBAL = {
+    "slurmdport": lambda family: ("restart_slurmd", "slurmctld takes it on reconfigure; every slurmd restarts to "
+                                                    "listen on it"),
+    "topologyplugin": lambda family: ("restart_slurmctld", "reconfigure does not load a new topology plugin before "
+                                                           "23.11; restarting slurmctld is enough")
+    if _before(family, "23.11") else ("reconfigure", "reconfigure applies it from 23.11"),
+}
+# Keys the observation overrides a man page sentence for (the man page's kind is not merged in).
+CURATED_OVERRIDES_MAN = ("slurmdport",)
+
+
+def _node_observed(name: str, family: str) -> tuple[str, str] | None:
+    """A node line key's observed kind (NodeName: adding/removing nodes; CURATED_NODE_RESTART_KEYS)."""
+    early = _before(family, "23.11")
+    if name == "nodename":
+        return ("restart_slurmctld", "adding or removing nodes needs slurmctld restarted before 23.11; the "
+                                     "other nodes' slurmd need no restart") if early else (
+            "reconfigure", "reconfigure adds and removes nodes from 23.11")
+    if name not in {k.lower() for k in CURATED_NODE_RESTART_KEYS}:
+        return None
+    if early:
+        return ("restart_all", "node hardware/GRES key: slurmctld keeps the old definition until restarted "
+                               "(observed for CPUs and Gres), then the node's slurmd restarts to read it")
+    if name == "gres":
+        return "reconfigure", "reconfigure applies a node's Gres from 23.11 (with gres.conf)"
+    return ("restart_slurmd", "node hardware key: reconfigure applies CPUs on 24.11 but kills the node's running "
+                              "jobs however it is applied, so its slurmd restarts drained (the safe route)")
+
+
+def _gres_conf_observed(family: str) -> tuple[str, str]:
+    """gres.conf: slurmd reads it at start before 23.11; from 23.11 reconfigure re-reads it."""
+    if _before(family, "23.11"):
+        return ("restart_slurmd", "gres.conf is read by slurmd at start (not observed alone on 22.05: with a "
+                                  "node's Gres it needed slurmctld and slurmd restarted)")
+    return "reconfigure", "reconfigure re-reads gres.conf from 23.11 (node GRES, GresTypes, node addition)"
+
+
+def observed_note(family: str, what: str) -> str:
+    """WHAT with where it comes from: observed on this family, or inferred from the family that was."""
+    seen = "22.05" if _before(family, "23.11") else "24.11"
+    how = f"observed on {seen} by" if family == seen else f"inferred from the {seen} observation in"
+    return f"{what} ({how} {OBSERVED_IN})"
 
 
 def _before(family: str, limit: str) -> bool:
@@ -83,18 +134,21 @@ def _before(family: str, limit: str) -> bool:
 def curated_kind(file: str, scope: str, name: str, family: str) -> tuple[str, str] | None:
     """The curated change kind of a key in one family, with the reason; None where nothing is curated."""
     lname = name.lower()
+    if file == "gres.conf":
+        kind, why = _gres_conf_observed(family)
+        return kind, observed_note(family, why)
     if file in CURATED_SLURMD_FILES:
         return "restart_slurmd", f"{file} is read by slurmd at start"
     if scope == "global":
+        if lname in CURATED_OBSERVED_GLOBAL:
+            kind, why = CURATED_OBSERVED_GLOBAL[lname](family)
+            return kind, observed_note(family, why)
         if lname in {k.lower() for k in CURATED_ALWAYS_RESTART}:
             return "restart_all", "never applied by scontrol reconfigure"
         if lname in {k.lower() for k in CURATED_RESTART_BEFORE_23_11} and _before(family, "23.11"):
             return "restart_all", "scontrol reconfigure does not apply it before 23.11"
-    if scope == "node":
-        if lname in {k.lower() for k in CURATED_NODE_RESTART_KEYS}:
-            return "restart_slurmd", "node hardware/GRES key: slurmd reads it at start"
-        if lname == "nodename" and CURATED_NODENAME_RESTART_BEFORE_24_11 and _before(family, "24.11"):
-            return "restart_all", "adding or removing nodes needs restarts before 24.11"
+    if scope == "node" and (observed := _node_observed(lname, family)):
+        return observed[0], observed_note(family, observed[1])
     return None
 
 
@@ -242,6 +296,8 @@ class Table:
         """[kind, source, note]: source is man, curated, man+curated or default."""
         curated = curated_kind(self.file, scope, name, family)
         note = restart_note(man.text) if man else None
+        if curated and note and scope == "global" and name.lower() in CURATED_OVERRIDES_MAN:
+            return [curated[0], "curated", f"{curated[1]}; overrides the man page: {note[1]}"]
         if curated and note:
             kind = merge_kinds(curated[0], note[0])
             return [kind, "man+curated", f"{note[1]} | curated: {curated[1]}"]

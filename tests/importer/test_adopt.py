@@ -29,7 +29,7 @@ def test_wanted_reads_the_programs_slurm_conf_names_and_the_config_dir() -> None
     assert want.paths["/etc/slurm/epilog.sh"].script  # the program, not its arguments
     assert "/opt/slurm/plugstack.conf" in want.paths and "/etc/slurm/plugstack.conf" not in want.paths
     assert want.paths["/etc/slurm/topology.conf"].notify == "scontrol reconfigure"
-    assert want.globs["/etc/slurm/plugstack.conf.d/*"].notify == "restart slurmd rolling"
+    assert want.globs["/etc/slurm/plugstack.conf.d/*"].notify is None  # read by each job step
     assert not any(p.startswith("/sbin") for p in want.paths)
     assert [s.split(":")[0] for s in want.skipped] == ["HealthCheckProgram=nhc", "RebootProgram=/sbin/reboot"]
     req = adopt.request(want)
@@ -106,13 +106,14 @@ def test_validate_by_shebang_and_lua_only_where_luac_is() -> None:
     assert adopt._validate_for("-- lua\n", "/etc/slurm/job_submit.lua", script, False) is None
 
 
-def test_plugstack_restarts_slurmd_only_on_slurmd_nodes() -> None:
+def test_plugstack_needs_no_restart() -> None:
+    """Each job step reads plugstack.conf afresh: observed on 22.05 and 24.11
+    (tests/params/test_observed_consequences_testbed.py); it used to restart slurmd on slurmd nodes."""
     want = adopt.wanted({}, "/etc/slurm", [])
     text = "required /usr/lib/slurm/spank_pyxis.so\n"
     answers = {n: NodeAnswer(files={"/etc/slurm/plugstack.conf": fact(text)}) for n in ("ctl", "gpu01", "gpu02")}
     entries = adopt.adopt(answers, want, ["ctl"], {"gpu01", "gpu02"}).docs["files.yaml"]["files"]
-    assert [(e["nodes"], e.get("notify")) for e in entries] == [("gpu[01-02]", ["restart slurmd rolling"]),
-                                                                 ("ctl", None)]
+    assert [(e["nodes"], e.get("notify")) for e in entries] == [("ctl,gpu[01-02]", None)]
 
 
 def test_munge_key_fingerprint_only_and_key_file_checked(tmp_path: Path) -> None:

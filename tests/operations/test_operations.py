@@ -97,11 +97,12 @@ def test_hand_edit_on_one_node_is_drift_on_that_node_only(ctx: Context) -> None:
 
 
 def test_port_change_restarts_and_drains_nodes_with_jobs(ctx: Context) -> None:
+    """SlurmdPort: reconfigure, then every slurmd restarts; slurmctld does not (observed on 22.05 and 24.11)."""
     ctx.state.cluster.slurm_conf.SlurmdPort = 6999
     ctx.facts.jobs = [JobFact(job_id="1234", state="RUNNING", nodes=["dgx02", "dgx03"])]
     plan = make_plan(ctx, all_drivers())
     steps = {(f.node, f.kind, f.target): f for f in plan.followups}
-    assert list(steps) == [("login01", "restart", "slurmctld"), *[(n, "restart", "slurmd") for n in
+    assert list(steps) == [("login01", "command", "scontrol reconfigure"), *[(n, "restart", "slurmd") for n in
                                                                    ("dgx01", "dgx02", "dgx03", "dgx04")]]
     assert {n for (n, _, t), f in steps.items() if t == "slurmd" and f.rolling and f.drain} == {
         "dgx01", "dgx02", "dgx03", "dgx04"}
@@ -118,11 +119,29 @@ def test_select_type_params_restart_depends_on_version(family: str, restart: boo
     assert result.reconfigure and result.restart_slurmctld is restart
 
 
-@pytest.mark.parametrize(("family", "restart"), [("23.11", True), ("24.11", False)])
-def test_adding_nodes_restarts_before_24_11(family: str, restart: bool) -> None:
+@pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.11", False), ("24.11", False)])
+def test_adding_nodes_restarts_slurmctld_only_before_23_11(family: str, restart: bool) -> None:
+    """Observed on 22.05 (slurmctld restart, no slurmd) and 24.11 (reconfigure); 23.11 inferred."""
     before = "ClusterName=c\nNodeName=n[1-2] CPUs=4\nPartitionName=p Nodes=n[1-2]\n"
     after = "ClusterName=c\nNodeName=n[1-3] CPUs=4\nPartitionName=p Nodes=n[1-3]\n"
-    assert slurm_conf_consequence(before, after, family).restart_all_slurmd is restart
+    result = slurm_conf_consequence(before, after, family)
+    assert result.restart_slurmctld is restart and not result.restart_all_slurmd
+
+
+@pytest.mark.parametrize(("family", "expected"), [
+    ("22.05", ["login01 restart slurmctld", *[f"dgx0{i} restart slurmd" for i in range(1, 5)]]),
+    ("24.11", ["login01 command scontrol reconfigure"]),
+])
+def test_gpu_count_change_follows_the_family(ctx: Context, family: str, expected: list[str]) -> None:
+    """Node Gres and gres.conf: 22.05 needs slurmctld then each slurmd restarted (claimed before: slurmd only),
+    24.11 only reconfigure (claimed before: slurmd restarts), as observed on the testbed."""
+    ctx.state.cluster.slurm_version = family
+    ctx.state.cluster.node_sets[0].gpus.count = 4  # type: ignore[union-attr]
+    ctx.state.cluster.gres.lines[0].file = "/dev/nvidia[0-3]"  # type: ignore[union-attr]
+    plan = make_plan(ctx, all_drivers())
+    changed = {c.resource.rsplit("/", 1)[-1] for c in plan.changing()}
+    assert changed == {"slurm.conf", "gres.conf"}, changed
+    assert [f"{f.node} {f.kind} {f.target}" for f in plan.followups] == expected
 
 
 def test_fstab_user_lines_survive(ctx: Context) -> None:
