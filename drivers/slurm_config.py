@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 
 from reconciler.drivers.base import file_change
+from reconciler.drivers.job_risk import JobKill, job_kills
 from reconciler.drivers.node_state import drain_steps, responding_command
 from reconciler.drivers.slurm_consequences import (
     Consequence,
@@ -142,6 +143,7 @@ class SlurmConfigDriver:
         desired = None
         classified: dict[str | None, Consequence] = {}  # most nodes hold the same old file: classify it once
         configless_steps: list[FollowUp] = []
+        kills: list[JobKill] = []  # the controller's own file decides what slurmctld does to running jobs
         for node, path in sorted({(c.node, c.resource) for c in plan.changing() if c.driver == self.name}):
             name = path.rsplit("/", 1)[-1]
             if configless.is_client(ctx.state, node):
@@ -158,6 +160,8 @@ class SlurmConfigDriver:
             consequence = classified[before]
             if consequence.reconfigure and not reconfigure:
                 reconfigure.append("slurm.conf changed")
+            if node == ctl:
+                kills = job_kills(before, desired, ctx.facts)
             if consequence.restart_slurmctld and node == ctl:
                 ctld += [r for r in consequence.reasons if r not in ctld]
             if consequence.restart_all_slurmd:
@@ -186,6 +190,10 @@ class SlurmConfigDriver:
             steps.append(step)
         elif reconfigure:
             steps.append(reconfigure_step(ctx, self.phase, reconfigure[0]))
+        if kills and steps:  # the controller step kills them, before any drain: said, never silent
+            when = f"the slurmctld {'start' if ctl_down else 'restart'}" if ctld else f"`{RECONFIGURE}`"
+            plan.warnings += [k.warning(when) for k in kills if k.warning(when) not in plan.warnings]
+            steps[0].reasons += [k.reason(when) for k in kills]
         for node in compute:
             unit = ctx.facts.nodes[node].services.get("slurmd")
             down = unit is not None and not unit.running
