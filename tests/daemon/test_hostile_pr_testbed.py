@@ -26,7 +26,10 @@ def test_alias_bomb_pr_is_over_limits_and_main_goes_on(dbed: DaemonBed, monkeypa
     with fake.running():
         daemon = dbed.daemon(forge={"type": "github", "url": fake.base_url, "repo": "acme/cluster",
                                     "token_env": "RECONCILER_TEST_FORGE_TOKEN", "interval": "1s",
-                                    "plan_limits": {"cpu": "20s", "memory": "512M", "wall": "30s"}})
+                                    "plan_limits": {"cpu": "20s", "memory": "512M", "wall": "30s"}},
+                              # PRs are planned on the facts of a no-op cycle: on a bare bed the first cycle
+                              # configures the cluster, and the next (a drift check) gives the PR worker its facts
+                              drift_interval="2s")
         try:
             daemon.wait_applied(dbed.remote.head())
             git(work, "checkout", "-q", "-B", "bomb", "main")
