@@ -20,6 +20,7 @@ TESTS = Path(__file__).resolve().parent
 PACKAGE_GROUPS = {"daemon", "engine", "faults", "rollout"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its xdist group: its package for PACKAGE_GROUPS, else its file."""
     for item in items:
