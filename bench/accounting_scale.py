@@ -21,9 +21,9 @@ from typing import Any
 
 from bench.render_scale import write_desired_state
 from reconciler.checks.sections import MARK
+from reconciler.desired.loader import load_dir
 from reconciler.drivers.accounting import Planner
 from reconciler.drivers.accounting_facts import ACCOUNT_FORMAT, ASSOC_FORMAT, QOS_FORMAT, parse_accounting
-from reconciler.loader import load_dir
 from reconciler.model import Accounting
 
 USERS_PER_FILE = 5_000

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BENCH, Timed, python_env, timed_run
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
+from reconciler.desired.source import describe_source
 from reconciler.model import DesiredState
 from reconciler.render import managed_files_for, render_file
 from reconciler.render.blocks import block_body
 from reconciler.render.files import file_path
-from reconciler.source import describe_source
 
 PLAYBOOK = BENCH / "ansible" / "playbook.yml"
 TOKEN = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)')

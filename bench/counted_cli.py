@@ -1,7 +1,7 @@
 """`reconciler ARGS` with the SSH transport's counters written out: `python -m bench.counted_cli FILE ARGS`.
 
 The reconciler's own click `main` runs unchanged; when the transport closes, its per-node `round_trips`
-(one per command sent and answered, reconciler/backend/base.py) and `connects` go to FILE as JSON.
+(one per command sent and answered, reconciler/transport/base.py) and `connects` go to FILE as JSON.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 import sys
 from pathlib import Path
 
-from reconciler import startup
+from reconciler.cli import startup
 
 startup.begin()  # as the console script does, before the imports below
 
-from reconciler.backend.ssh import SSHTransport  # noqa: E402
-from reconciler.cli import main as reconciler_main  # noqa: E402
+from reconciler.cli.main import main as reconciler_main  # noqa: E402
+from reconciler.transport.ssh import SSHTransport  # noqa: E402
 
 
 def counting(out: Path) -> None:

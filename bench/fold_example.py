@@ -15,14 +15,14 @@ import tempfile
 from pathlib import Path
 
 from bench.scale import write_state
+from reconciler.desired.loader import load_dir
+from reconciler.desired.source import describe_source
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.report import render_text
+from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import JobFact
-from reconciler.facts.synthetic import converged_facts, file_fact
-from reconciler.loader import load_dir
-from reconciler.prs import PrPlan, plan_main, plan_pull_request, render_pr_comment
-from reconciler.source import describe_source
+from reconciler.forge.pr_plan import PrPlan, plan_main, plan_pull_request, render_pr_comment
 
 MAIN_SHA = "5d0c7a81e2f4b6c8d0e2f4a6b8c0d2e4f6a8b0c2"
 PR_SHA = "9e41b27c5a3f1d0e8c6b4a29f7e5d3c1b9a7f5e3"

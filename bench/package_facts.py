@@ -23,7 +23,7 @@ from bench import common
 from bench.common import RESULTS, Timed, compile_bytecode, load_average, log, machine
 from bench.reconcile import ours
 from bench.testbed import BenchTestbed, unavailable
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 # Real Debian packages every testbed node has (the host's, seen through the node's overlay).
 PACKAGES = ["tzdata", "libc6", "bash", "coreutils", "openssh-server", "python3", "munge", "slurmd",

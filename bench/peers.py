@@ -216,7 +216,7 @@ def gateway_state(bed: BenchTestbed) -> tuple[Path, int]:
     """A copy of the testbed's desired state with `ssh.gateways` (gateway_layout); its path and gateway count."""
     from ruamel.yaml import YAML
 
-    from reconciler.hostlist import compress
+    from reconciler.common.hostlist import compress
 
     into = bed.work / "desired-gateways"
     if into.exists():

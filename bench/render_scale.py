@@ -18,9 +18,9 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from reconciler import hostlist
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.common import hostlist
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.model import DesiredState
 from reconciler.render import managed_files_for, render_file
 

@@ -47,7 +47,7 @@ from bench.rollout_state import (
     write_state,
 )
 from bench.testbed import BenchTestbed
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 POLL_INTERVAL = "1s"
 STATUS_POLL = 0.5  # seconds between two `reconciler status` calls while waiting

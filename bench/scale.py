@@ -29,17 +29,17 @@ from typing import Any
 
 from bench.common import median, python_env
 from bench.render_scale import write_desired_state
-from reconciler import hostlist
+from reconciler.common import hostlist
+from reconciler.desired.inventory import node_specs, slurm_nodes
+from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.fold import fold_changes
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
+from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import SlurmNodeFact
-from reconciler.facts.synthetic import converged_facts, file_fact
-from reconciler.inventory import node_specs, slurm_nodes
-from reconciler.loader import LoadedState, load_dir
 from reconciler.render.files import file_path
 
 BUDGET_S = 2.0

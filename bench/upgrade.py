@@ -40,8 +40,8 @@ from bench.common import REPO, log, median, python_env, reconciler_argv
 from bench.report import Table
 from bench.rollout import Daemon, Remote, RolloutTestbed, _git
 from bench.testbed import TESTBED, timed_run
+from reconciler.common.versions import deb_compare
 from reconciler.daemon.upgrade_view import STATES, current, state_order
-from reconciler.versions import deb_compare
 
 DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 INDEX = 56  # bench testbeds of bench/rollout.py use 50...; 10.252.x, not the tests' 10.251.x

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from reconciler.backend.base import Transport
 from reconciler.checks.results import CheckKind, CheckResult
 from reconciler.checks.slurm_view import SlurmView
+from reconciler.desired.inventory import NodeSpec
 from reconciler.drivers.node_state import GPU_REASON_PREFIX, REASON_PREFIX, drain_command, resume_command
-from reconciler.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 REASON_MAX = 128  # Slurm keeps longer reasons, but sinfo -R and dashboards show the start only
 ActionKind = Literal["drain", "resume", "keep", "refused"]

@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler import hostlist
-from reconciler.backend.base import CommandResult, Transport
 from reconciler.checks.gpu import judge as gpu_judge
 from reconciler.checks.gpu import memory as gpu_memory
 from reconciler.checks.gpu.dcgm import dcgm_command
@@ -31,12 +29,14 @@ from reconciler.checks.items import Item, no_output, tail
 from reconciler.checks.results import CheckResult, utcnow
 from reconciler.checks.sections import Section, script, split_sections
 from reconciler.checks.slurm_view import SlurmView
+from reconciler.common import hostlist
+from reconciler.desired.inventory import NodeSpec, node_specs
 from reconciler.drivers.node_state import GPU_REASON_PREFIX, REASON_PREFIX
 from reconciler.facts.models import MountFact, ServiceFact
 from reconciler.facts.parsers import parse_mountinfo
-from reconciler.inventory import NodeSpec, node_specs
+from reconciler.facts.services import parse_status, status_command
 from reconciler.model import DesiredState, GpuExpectation, NhcCheck, NodeCheck, ServiceManager, parse_duration
-from reconciler.services import parse_status, status_command
+from reconciler.transport.base import CommandResult, Transport
 
 GPU_TIMEOUT = QUERY_TIMEOUT
 WRITE_TIMEOUT = 10

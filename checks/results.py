@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from reconciler import clock
+from reconciler.common import clock
 
 CheckKind = Literal["node", "nccl"]
 
 
 def utcnow() -> datetime:
-    """The current time, timezone-aware UTC (the daemon's clock: reconciler/clock.py)."""
+    """The current time, timezone-aware UTC (the daemon's clock: reconciler/common/clock.py)."""
     return clock.utcnow()
 
 

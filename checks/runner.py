@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from reconciler.backend.base import Transport
 from reconciler.checks import store
 from reconciler.checks.actions import Action, Key, Policy, apply_actions, owns, plan_actions
 from reconciler.checks.nccl.run import (
@@ -31,9 +30,10 @@ from reconciler.checks.nccl.run import (
 from reconciler.checks.node import run_node_checks, targets
 from reconciler.checks.results import CheckResult
 from reconciler.checks.slurm_view import SlurmView, fetch_view
-from reconciler.inventory import NodeSpec, node_specs
-from reconciler.loader import LoadedState
+from reconciler.desired.inventory import NodeSpec, node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.model import DesiredState, NcclCheck, NodeCheck, parse_duration
+from reconciler.transport.base import Transport
 
 Log = Callable[[str], None]
 MAX_DRAIN_FRACTION = 0.5

@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from reconciler.backend.base import Transport
 from reconciler.checks.sections import Section, script, split_sections
+from reconciler.desired.inventory import NodeSpec
 from reconciler.facts.models import JobFact, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
-from reconciler.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 VIEW_COMMAND = script([("nodes", SCONTROL_NODES_COMMAND), ("jobs", SQUEUE_COMMAND)])
 _PARTITIONS = re.compile(r"(?:^|\s)Partitions=(?P<parts>\S*)")

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.nccl.run import reservation_create_command, reservation_delete_command
 from reconciler.checks.slurm_view import SlurmView, fetch_view
 from reconciler.checks.smoke_settle import prolog_failures, settle, unsettled_nodes
-from reconciler.inventory import NodeSpec
+from reconciler.common import hostlist
+from reconciler.desired.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 JOB_NAME = "reconciler-smoke"
 MARK = "reconciler-smoke"

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.sections import script, split_sections
 from reconciler.checks.slurm_view import VIEW_COMMAND, SlurmView, parse_view
-from reconciler.inventory import NodeSpec
+from reconciler.common import hostlist
+from reconciler.desired.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 POLL = 0.25
 DRAIN_WAIT = 30.0  # seconds a node srun saw fail its prolog may take to show its drain (a bound, not a wait)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 
+from reconciler.desired.managed import selects
 from reconciler.drivers import kernel_live
 from reconciler.drivers.base import file_change, is_ours
 from reconciler.engine.context import Context
@@ -22,8 +23,7 @@ from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs
 from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.managed import selects
-from reconciler.model_kernel import MODULES_DIR, KernelModule, module_file, sysfs_name
+from reconciler.model.kernel import MODULES_DIR, KernelModule, module_file, sysfs_name
 from reconciler.render.common import header
 
 FACTS_KEY = "kernel_modules"

@@ -3,12 +3,14 @@
 A changing file carries its `notify:` entries as follow-ups (reconciler/engine/followups.py) on its Change;
 the engine merges them, so a command or restart that several files ask for runs once per node. Secret
 files are compared by sha256 only: their content is never gathered, diffed or shown. An age-encrypted source
-(`.age`) is a secret decrypted on the login node before planning (reconciler/agesecrets.py); a pull request's
+(`.age`) is a secret decrypted on the login node before planning (reconciler/desired/agesecrets.py); a pull request's
 plan never decrypts and compares ciphertexts with the main branch's instead (`encrypted_change`).
 """
 
 from __future__ import annotations
 
+from reconciler.desired.inventory import slurm_node_set
+from reconciler.desired.managed import render, selects
 from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import drain_steps, responding_command
 from reconciler.drivers.slurmctld_steps import reconfigure_step
@@ -26,8 +28,6 @@ from reconciler.engine.ops import WriteFile, fingerprint
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, NodeFacts
-from reconciler.inventory import slurm_node_set
-from reconciler.managed import render, selects
 from reconciler.model import ManagedFile
 
 # Within a phase's follow-ups: munge before slurmctld before slurmd (engine/followups.py); others between.
@@ -70,7 +70,7 @@ def encrypted_change(ctx: Context, driver: str, node: str, item: ManagedFile, fa
     re-encrypted), an equal one leaves the content as main has it and compares mode, owner and group only."""
     path = item.path
     if ctx.read_secrets:
-        from reconciler.agesecrets import NO_IDENTITY
+        from reconciler.desired.agesecrets import NO_IDENTITY
 
         return Change(node=node, driver=driver, resource=path, action="error", phase=phase,
                       summary=f"{path}: {item.source} not decrypted, cannot compare: {NO_IDENTITY}")

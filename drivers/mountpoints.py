@@ -12,13 +12,13 @@ import json
 import shlex
 from typing import Any
 
+from reconciler.desired.targets import SYSTEM_DIRS
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change
 from reconciler.engine.undo import Restore
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.targets import SYSTEM_DIRS
-from reconciler.values import clean_abs_path
+from reconciler.model.values import clean_abs_path
 
 RECORD = "/var/lib/reconciler/mountpoints-created"
 FACTS_KEY = "mountpoints_created"  # the fact snippet's name, and its key in ClusterFacts.extra (node -> answer)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.drivers import mountpoints
 from reconciler.drivers.blocks import block_change
 from reconciler.engine.context import Context
@@ -14,9 +14,9 @@ from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, MountFact, NodeFacts
 from reconciler.model import Mount
+from reconciler.model.values import fstab_unescape, lustre_source_key
 from reconciler.render.blocks import BlockError, block_body
 from reconciler.render.storage import fstab_block
-from reconciler.values import fstab_unescape, lustre_source_key
 
 FSTAB = "/etc/fstab"
 

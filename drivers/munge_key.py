@@ -15,6 +15,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 
+from reconciler.desired.inventory import slurm_node_set
 from reconciler.drivers.node_state import CONTROLLER_UP, drain_steps, responding_command
 from reconciler.engine.context import Context
 from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE, FollowUp, service
@@ -22,7 +23,6 @@ from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, NodeFacts
-from reconciler.inventory import slurm_node_set
 from reconciler.model import Munge
 from reconciler.render.files import is_slurm_node
 
@@ -79,7 +79,7 @@ def read_key(munge: Munge, environ: Mapping[str, str] | None = None) -> MungeKey
     source = describe_source(munge)
     if munge.key_age:
         if munge._key is None:
-            from reconciler.agesecrets import NO_IDENTITY
+            from reconciler.desired.agesecrets import NO_IDENTITY
 
             raise MungeKeyError(f"munge key ({source}): not decrypted: {NO_IDENTITY}")
         data = munge._key

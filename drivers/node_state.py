@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from reconciler.desired.inventory import slurm_nodes
 from reconciler.engine.context import Context
 from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
@@ -12,7 +13,6 @@ from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
-from reconciler.inventory import slurm_nodes
 
 REASON_PREFIX = "reconciler:"
 ROLLOUT_REASON = "reconciler: rolling restart of slurmd"

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconciler.versions import Backend
+from reconciler.common.versions import Backend
 
 LOCK_WAIT = 300  # seconds a command waits for a dpkg/rpm lock another process holds, then fails
 APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout={wait} "

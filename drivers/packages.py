@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler import versions
+from reconciler.common import versions
+from reconciler.common.versions import Backend
+from reconciler.desired.managed import selects
 from reconciler.drivers import package_tx as tx
 from reconciler.drivers.package_tx import Move
 from reconciler.engine.context import Context
@@ -14,9 +16,7 @@ from reconciler.engine.undo import Restore
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.managed import selects
-from reconciler.model_packages import PackageSpec
-from reconciler.versions import Backend
+from reconciler.model.packages import PackageSpec
 
 
 @dataclass(frozen=True)

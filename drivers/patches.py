@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.drivers.base import file_change, unified_diff
 from reconciler.engine.context import Context
 from reconciler.engine.ops import WriteFile

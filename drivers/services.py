@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from reconciler.desired.managed import selects
 from reconciler.engine.context import Context
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change
 from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts, ServiceFact
-from reconciler.managed import selects
+from reconciler.facts.services import ENABLED, Action, control_command, enabled_command
 from reconciler.model import ManagedService
-from reconciler.services import ENABLED, Action, control_command, enabled_command
 
 # `systemctl is-enabled` words that need no `enable` / no `disable`.
 ENABLED_OK = frozenset({"enabled", "enabled-runtime", "static", "generated", "alias", "transient", "indirect"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 
+from reconciler.desired.inventory import slurm_node_set, slurm_nodes
 from reconciler.drivers.base import file_change
 from reconciler.drivers.job_risk import JobKill, job_kills
 from reconciler.drivers.node_state import drain_steps, responding_command
@@ -31,10 +32,9 @@ from reconciler.engine.remote_write import BACKUP_SUFFIX
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.facts.parsers import family_of
-from reconciler.inventory import slurm_node_set, slurm_nodes
+from reconciler.facts.slurmconf import same_meaning, same_pairs
 from reconciler.render import configless, managed_files_for
 from reconciler.render.files import file_path, is_slurm_node
-from reconciler.slurmconf import same_meaning, same_pairs
 
 # supervisord: read the changed program files, then (re)start slurmd with its new command line.
 SUPERVISOR_UPDATE = "supervisorctl reread && supervisorctl update slurmd"

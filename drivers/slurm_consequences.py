@@ -7,8 +7,8 @@ import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from reconciler import hostlist
 from reconciler import params as slurm_params
+from reconciler.common import hostlist
 
 RESTARTS_SLURMCTLD = frozenset({"restart_slurmctld", "restart_all"})
 RESTARTS_SLURMD = frozenset({"restart_slurmd", "restart_all"})

@@ -11,10 +11,10 @@ from __future__ import annotations
 import shlex
 
 from reconciler.drivers.node_state import UPGRADE_PREFIX, drain_command, responding_command, resume_command
+from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.facts.services import control_command
 from reconciler.model import ServiceManager
-from reconciler.model_upgrade import DriverReload
-from reconciler.rollout.upgrade_steps import RebootSteps, ReloadSteps
-from reconciler.services import control_command
+from reconciler.model.upgrade import DriverReload
 
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconciler import hostlist, versions
-from reconciler import upgrade_rules as rules
+from reconciler.common import hostlist, versions
+from reconciler.common.versions import Backend
+from reconciler.desired import upgrade_rules as rules
 from reconciler.drivers.packages import PackagesDriver, Wanted
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
@@ -28,7 +29,6 @@ from reconciler.engine.undo import Restore
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
-from reconciler.versions import Backend
 
 BACKUP_PHASE, DBD_PHASE, CTLD_PHASE, SLURMD_PHASE = 36, 37, 38, 39
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 
+from reconciler.desired.managed import selects
 from reconciler.drivers import kernel_live
 from reconciler.drivers.base import file_change, is_ours
 from reconciler.engine.context import Context
@@ -19,8 +20,7 @@ from reconciler.engine.plan import NEEDS_TEXT, Change
 from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.managed import selects
-from reconciler.model_kernel import SYSCTL_FILE, sysctl_path
+from reconciler.model.kernel import SYSCTL_FILE, sysctl_path
 from reconciler.render.common import header
 
 FACTS_KEY = "sysctls"

@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.render.files import managed_files_for, render_file
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,16 +23,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.nccl.models import NcclTest
 from reconciler.checks.nccl.parser import collective_from_binary, parse_output
 from reconciler.checks.nccl.verdict import RegressionPolicy, Thresholds, evaluate, format_size, representative_busbw
 from reconciler.checks.results import CheckResult, utcnow
 from reconciler.checks.sections import section, split_sections
 from reconciler.checks.slurm_view import SlurmView
-from reconciler.inventory import NodeSpec
+from reconciler.common import hostlist
+from reconciler.desired.inventory import NodeSpec
 from reconciler.model import DesiredState, NcclCheck, parse_duration, parse_size
+from reconciler.transport.base import Transport
 
 IMMEDIATE = 60  # seconds srun may wait for its allocation (--immediate) before giving up: never queue behind jobs
 KILL_AFTER = 30  # seconds between timeout's TERM and KILL of a hung srun

@@ -8,7 +8,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from reconciler.bounds import (
+from reconciler.common.isolate import Limits
+from reconciler.desired.loader import load_yaml_model
+from reconciler.forge.config import ForgeConfig as ForgeClientConfig
+from reconciler.model import Strict, parse_duration, parse_size
+from reconciler.model.bounds import (
     DrainTimeout,
     IdleTimeout,
     Interval,
@@ -18,10 +22,6 @@ from reconciler.bounds import (
     RenewInterval,
     Spacing,
 )
-from reconciler.forge.config import ForgeConfig as ForgeClientConfig
-from reconciler.isolate import Limits
-from reconciler.loader import load_yaml_model
-from reconciler.model import Strict, parse_duration, parse_size
 
 
 class RepositoryConfig(Strict):
@@ -97,7 +97,7 @@ class PlanLimits(Strict):
     _memory = field_validator("memory")(lambda cls, v: _plan_memory(v))
 
     def limits(self) -> Limits:
-        """As reconciler.isolate.Limits."""
+        """As reconciler.common.isolate.Limits."""
         return Limits(cpu_seconds=parse_duration(self.cpu), memory_bytes=parse_size(self.memory),
                       wall_seconds=float(parse_duration(self.wall)))
 

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from reconciler import clock
-from reconciler.backend.base import Transport
+from reconciler.common import clock
 from reconciler.daemon.rollouts import JOURNAL_KEY, StoreJournal
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
+from reconciler.desired.inventory import NodeSpec, node_specs
 from reconciler.engine.fence import FencingTransport
 from reconciler.engine.remote_write import WRITE_COMMAND
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HA_KEY, HighAvailability, default_name
-from reconciler.inventory import NodeSpec, node_specs
+from reconciler.transport.base import Transport
 
 if TYPE_CHECKING:
     from reconciler.daemon.loop import Reconciler

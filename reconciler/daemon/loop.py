@@ -14,21 +14,24 @@ from typing import Any
 
 import structlog
 
-from reconciler import clock, notify
-from reconciler.agesecrets import has_encrypted, load_identities, require_identity, unlock
-from reconciler.backend.base import Transport
 from reconciler.checks import store as check_store
+from reconciler.common import clock
+from reconciler.daemon import notify
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.leadership import MirroredJournal, fenced, mirror, take_over
 from reconciler.daemon.logs import redact_url_credentials
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.notify import Message, Notifier
 from reconciler.daemon.rollouts import outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.status_page import DRAINED_KEY
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.daemon.watched import content_hash
 from reconciler.daemon.workers import Background, Gate
+from reconciler.desired.agesecrets import has_encrypted, load_identities, require_identity, unlock
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
@@ -37,11 +40,9 @@ from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.facts.models import ClusterFacts, SlurmNodeFact
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HighAvailability
-from reconciler.inventory import node_specs
-from reconciler.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.model import DesiredState, SSHDefaults, parse_duration
-from reconciler.notify import Message, Notifier
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
+from reconciler.transport.base import Transport
 
 
 @dataclass
@@ -532,7 +533,7 @@ class Reconciler:
     def report_prs(self, repo: Any, loaded: LoadedState, facts: ClusterFacts, store: Store, log: Any) -> None:
         """Plan every open pull request against these facts and keep one comment per PR current."""
         from reconciler.forge.config import TokenError, make_forge
-        from reconciler.prs import report_pull_requests
+        from reconciler.forge.pr_plan import report_pull_requests
 
         if self.config.forge is None or self.config.repository is None:
             return
@@ -659,7 +660,7 @@ class Reconciler:
         if notify_event is not None:
             notify_event(kind, data, target)
 
-    # ------------------------------------------------------------ notifications (reconciler/notify.py)
+    # ------------------------------------------------------------ notifications (reconciler/daemon/notify.py)
 
     def _notify(self, build: Callable[[], Message | None]) -> None:
         """Build and queue a message when notifications are configured (never blocks, never raises); a standby

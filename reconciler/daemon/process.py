@@ -19,11 +19,11 @@ from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.daemon.leadership import make_ha
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.notify import Notifier, NotifyConfigError
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store, recover_if_corrupt
 from reconciler.daemon.workers import Background
-from reconciler.loader import DesiredStateError
-from reconciler.notify import Notifier, NotifyConfigError
+from reconciler.desired.loader import DesiredStateError
 
 STOP_DEADLINE = 25.0  # SIGTERM: the run in flight gets this long to finish its node operation, then we exit
 REAP_EVERY = 30.0  # seconds between looks for idle SSH connections (at most this late past ssh_idle_timeout)

@@ -2,7 +2,7 @@
 
 - The loop leases the transport for a cycle (`lease(loaded, forks, cycle=True)`), the check worker for a check
   run; connections stay open between cycles (paramiko keepalives every 30 s), and each node keeps a fact agent
-  running on its connection (`reconciler/backend/agent.py`): a steady-state drift check is one request line and
+  running on its connection (`reconciler/transport/agent.py`): a steady-state drift check is one request line and
   one answer line per node, with no channel, shell or interpreter started.
 - With `ssh.gateways`, the lease is a ClusterShell transport for the nodes behind gateways (one-shot fact
   gathering through the tree) over the persistent transport for the others.
@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from reconciler.backend.base import Transport
-from reconciler.backend.ssh import SSHTransport
-from reconciler.inventory import node_specs
-from reconciler.loader import LoadedState
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import LoadedState
+from reconciler.transport.base import Transport
+from reconciler.transport.ssh import SSHTransport
 
 
 def settings_key(loaded: LoadedState, forks: int | None) -> str:
@@ -64,7 +64,7 @@ class Sessions:
             transport.new_cycle()
         try:
             if loaded.state.ssh.gateways:
-                from reconciler.backend.clush import ClushTransport
+                from reconciler.transport.clush import ClushTransport
 
                 yield ClushTransport(loaded.state.ssh, Path(loaded.root), forks=forks, direct=transport)
             else:

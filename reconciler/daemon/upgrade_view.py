@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 # The machine's states in the order a node goes through them (status lists states in this order).
 STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",

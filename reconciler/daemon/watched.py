@@ -7,7 +7,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from reconciler.managed import MAX_SOURCE_BYTES
+from reconciler.desired.managed import MAX_SOURCE_BYTES
 
 # Editors' scratch files: vim (.swp/.swo/.swx, its 4913 write probe, backup~), emacs (#file#, .#file lock),
 # and the temp name of an atomic save (file.tmp then rename: the rename's destination still counts).

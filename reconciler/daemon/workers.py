@@ -30,14 +30,14 @@ import structlog
 from reconciler.daemon.leadership import fenced
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.facts.models import ClusterFacts
-from reconciler.inventory import node_specs
-from reconciler.loader import LoadedState
 from reconciler.model import parse_duration
 
 if TYPE_CHECKING:
-    from reconciler.backend.base import Transport
     from reconciler.daemon.loop import Reconciler
+    from reconciler.transport.base import Transport
 
 CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
 STOP_WAIT = 15.0  # SIGTERM: how long the workers get to unwind (cancel jobs, delete the reservation)

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from reconciler.backend.base import Transport
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.owed_ledger import OwedLedger
 from reconciler.engine.plan import NEEDS_TEXT, Change, Plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
-from reconciler.services import control_command
+from reconciler.facts.services import control_command
+from reconciler.transport.base import Transport
 
 Log = Callable[[str], None]
 

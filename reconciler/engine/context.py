@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from reconciler.desired.inventory import NodeSpec, node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.facts.models import ClusterFacts
-from reconciler.inventory import NodeSpec, node_specs
-from reconciler.loader import LoadedState
 from reconciler.model import DesiredState
 from reconciler.render import render_file
 

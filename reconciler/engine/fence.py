@@ -14,10 +14,10 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.backend.base import CommandResult, Transport
-from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
-from reconciler.inventory import NodeSpec
-from reconciler.rollout.failpoints import failpoint
+from reconciler.common.failpoints import failpoint
+from reconciler.desired.inventory import NodeSpec
+from reconciler.facts.fence_script import FENCE_CHECK_SOURCE
+from reconciler.transport.base import CommandResult, Transport
 
 FENCE_DIR = "/var/lib/reconciler"  # on each node: fence.json (highest epoch seen), fence.lock, writes.log
 FENCED_EXIT = 75  # EX_TEMPFAIL: a fenced command that was refused

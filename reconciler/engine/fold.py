@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 if TYPE_CHECKING:
     from reconciler.engine.plan import Change

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from reconciler.backend.base import AgentTransport, CommandResult, Transport
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
 from reconciler.engine.owed import OWED_PATH
 from reconciler.facts import parsers
 from reconciler.facts.gather import AGENT_COMMAND, GATHER_COMMAND, FactRequest
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts, StatFact
-from reconciler.services import ENABLED, parse_enabled, parse_status, status_command, status_python
+from reconciler.facts.services import ENABLED, parse_enabled, parse_status, status_command, status_python
+from reconciler.transport.base import AgentTransport, CommandResult, Transport
 
 
 def build_request(ctx: Context, node: str, drivers: Sequence[Driver]) -> FactRequest:

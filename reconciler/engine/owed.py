@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change
-from reconciler.values import visible
+from reconciler.model.values import visible
 
 OWED_PATH = "/var/lib/reconciler/followups-owed.json"
 DRIVER = "followups"

@@ -12,13 +12,13 @@ import socket
 import time
 from collections.abc import Callable
 
-from reconciler.backend.base import Transport
+from reconciler.desired.inventory import NodeSpec
 from reconciler.engine.context import Context
-from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.owed import OWED_PATH, OwedFile, OwedStep, covered, keeper, read_owed
+from reconciler.facts.fence_script import FENCE_CHECK_SOURCE
 from reconciler.facts.models import FileFact
-from reconciler.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 # Runs on the node; stdin: {"path", "owed": [...] or null (remove), "fence": {...} or null}; stdout: {"ok": ...}.
 _SCRIPT = FENCE_CHECK_SOURCE + r'''

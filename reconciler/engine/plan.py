@@ -11,7 +11,7 @@ from reconciler.engine import followups as followup_text
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op
 from reconciler.engine.undo import Restore
-from reconciler.values import visible
+from reconciler.model.values import visible
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
 # What a change needs before it takes effect, beyond its own ops (declared by drivers as data; the engine applies

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from reconciler.desired.risks import risk_warnings
 from reconciler.drivers import Driver
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, carried, merge
 from reconciler.engine.owed import owed_followups, read_owed
 from reconciler.engine.plan import Change, Plan
-from reconciler.risks import risk_warnings
 
 
 def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:

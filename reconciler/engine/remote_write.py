@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from reconciler.engine.fence import FENCE_DIR
-from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
 from reconciler.engine.ops import REVEAL, WriteFile
+from reconciler.facts.fence_script import FENCE_CHECK_SOURCE
 
 BACKUP_SUFFIX = ".reconciler-bak"
 TMP_MARK = ".reconciler-tmp."

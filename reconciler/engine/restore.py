@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reconciler.backend.base import Transport
 from reconciler.engine.apply import ApplyOptions, Log, apply_plan
 from reconciler.engine.before_image import BeforeImage, RestoreItem
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp, merge
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.plan import Change, Plan
+from reconciler.transport.base import Transport
 
 
 @dataclass

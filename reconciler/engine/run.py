@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
-from reconciler.backend.ssh import SSHTransport, for_idempotent
+from reconciler.common import hostlist
+from reconciler.desired.loader import LoadedState
+from reconciler.desired.source import describe_source
 from reconciler.drivers import Driver, all_drivers
 from reconciler.engine.apply import ApplyOptions, ApplyResult, Log, apply_plan
 from reconciler.engine.context import Context
 from reconciler.engine.gather import gather
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
-from reconciler.loader import LoadedState
-from reconciler.source import describe_source
+from reconciler.transport.base import Transport
+from reconciler.transport.ssh import SSHTransport, for_idempotent
 
 
 @dataclass
@@ -49,7 +49,7 @@ def open_reconcile(loaded: LoadedState, *, limit: str | None = None, forks: int 
     names = set(hostlist.expand(limit)) if limit else None
     ctx = Context(loaded=loaded, source=describe_source(loaded.root, loaded.commit), limit=names)
     if transport is None and loaded.state.ssh.gateways:  # ClusterShell tree mode through the gateways
-        from reconciler.backend.clush import ClushTransport
+        from reconciler.transport.clush import ClushTransport
 
         transport = ClushTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
     if transport is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from reconciler.engine.fence_script import FENCE_CHECK_SOURCE
+from reconciler.facts.fence_script import FENCE_CHECK_SOURCE
 
 # Runs on the node with the system python3 (3.8 or later), stdlib only, started as `python3 -I -S -c SCRIPT`: -I
 # ignores PYTHON* variables and the user's site dir, -S skips site-packages. The interpreter start dominates a

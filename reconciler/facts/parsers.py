@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.facts.models import JobFact, MountFact, ServiceFact, SlurmNodeFact
 
 SQUEUE_FORMAT = "%A|%T|%N|%u|%j"

@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.backend.base import Transport
-from reconciler.inventory import NodeSpec
+from reconciler.desired.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 LEASE_SCRIPT = r'''
 import fcntl, json, os, sys, time

@@ -19,9 +19,9 @@ from typing import Any
 
 import structlog
 
-from reconciler.backend.base import Transport
+from reconciler.desired.inventory import NodeSpec
 from reconciler.ha.lease import LeaseError, LeaseStore, LeaseView
-from reconciler.inventory import NodeSpec
+from reconciler.transport.base import Transport
 
 HA_KEY = "ha"  # state-database key: this daemon's role as `reconciler status` shows it
 Connect = Callable[[], AbstractContextManager[tuple[Transport, NodeSpec] | None]]

@@ -10,15 +10,15 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler import hostlist
 from reconciler import params as slurm_params
+from reconciler.common import hostlist
 from reconciler.facts.parsers import family_of
+from reconciler.facts.slurmconf import parse_text, read_tree
 from reconciler.importer import accounting, adopt
 from reconciler.importer import packages as package_import
 from reconciler.importer.convert import ImportProblem, convert_cgroup, convert_gres, convert_slurm
 from reconciler.importer.sources import LocalFiles, RemoteFiles
 from reconciler.importer.storage import import_exports, import_fstab
-from reconciler.slurmconf import parse_text, read_tree
 
 __all__ = ["AdoptOptions", "ImportProblem", "ImportResult", "import_files", "family_of"]
 

@@ -19,13 +19,13 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler import hostlist
+from reconciler.common import hostlist
+from reconciler.desired.managed import MAX_SOURCE_BYTES
 from reconciler.facts import parsers
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, ServiceFact, StatFact
-from reconciler.managed import MAX_SOURCE_BYTES
+from reconciler.facts.services import status_python
 from reconciler.model import ServiceManager
-from reconciler.services import status_python
 
 # slurm.conf parameters naming a program Slurm runs (the value's first word; a glob names several).
 SCRIPT_PARAMS = ("Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld", "TaskProlog", "TaskEpilog",

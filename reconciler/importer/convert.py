@@ -14,9 +14,9 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from reconciler import hostlist
 from reconciler import params as slurm_params
-from reconciler.slurmconf import ConfLine, ConfSyntaxError, partition_nodes
+from reconciler.common import hostlist
+from reconciler.facts.slurmconf import ConfLine, ConfSyntaxError, partition_nodes
 
 
 class ImportProblem(ConfSyntaxError):

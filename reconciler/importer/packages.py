@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 RPM = "rpm"

@@ -12,13 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-from reconciler import netnames
-from reconciler.backend.base import CommandResult
-from reconciler.backend.ssh import SSHTransport
+from reconciler.desired.inventory import NodeSpec
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.parsers import parse_slurm_version
-from reconciler.inventory import NodeSpec
-from reconciler.model import ServiceManager, SSHDefaults
+from reconciler.model import ServiceManager, SSHDefaults, netnames
+from reconciler.transport.base import CommandResult
+from reconciler.transport.ssh import SSHTransport
 
 MAX_FILE = 5 << 20
 FORKS = 32  # nodes read at once in the adoption round trip

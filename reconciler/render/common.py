@@ -10,7 +10,7 @@ SlurmValue = str | int | float | bool | None
 def slurm_value(value: SlurmValue) -> str:
     """Format a value the way Slurm's parser reads it back: `\\` and `#` escaped, quotes when it holds spaces.
 
-    The schema (reconciler/values.py) has already refused what Slurm cannot read back: control characters,
+    The schema (reconciler/model/values.py) has already refused what Slurm cannot read back: control characters,
     `"` and empty values.
     """
     if isinstance(value, bool):

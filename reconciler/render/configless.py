@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from reconciler.inventory import slurm_node_set
+from reconciler.desired.inventory import slurm_node_set
 from reconciler.model import Cluster, DesiredState
 from reconciler.render.common import header
 

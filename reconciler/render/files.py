@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from reconciler.inventory import node_specs, slurm_node_set
+from reconciler.desired.inventory import node_specs, slurm_node_set
 from reconciler.model import DesiredState
 from reconciler.render import configless
 from reconciler.render.blocks import BEGIN, END

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.model import GresConf
 from reconciler.render.common import SlurmValue, header, key_values
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.model import Storage
-from reconciler.values import exports_escape, fstab_escape
+from reconciler.model.values import exports_escape, fstab_escape
 
 
 def exports_block(storage: Storage, node: str) -> list[str] | None:

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.runner import check_run, launcher_of
 from reconciler.checks.slurm_view import SlurmView, fetch_view
+from reconciler.common import hostlist
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.facts.models import SlurmNodeFact
-from reconciler.inventory import node_specs
-from reconciler.loader import LoadedState
 from reconciler.model import DesiredState, parse_duration
+from reconciler.transport.base import Transport
 
 POLL = 1.0
 # Drains Slurm sets itself when a job's scripts fail on a node: a rollback may resume these (set during a gate).

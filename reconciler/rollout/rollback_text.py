@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 
 FIRST_COMMIT = "no earlier commit to go back to"  # why the daemon's first commit restores before-images
 

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.slurm_view import SlurmView
+from reconciler.common import hostlist
+from reconciler.common.failpoints import failpoint
+from reconciler.desired.inventory import node_specs, slurm_nodes
+from reconciler.desired.loader import LoadedState
 from reconciler.drivers.node_state import ours, resume_command
 from reconciler.drivers.slurm_reboot import UPGRADE_PREFIX
 from reconciler.engine.apply import ApplyOptions, ApplyResult
@@ -30,13 +32,11 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
-from reconciler.inventory import node_specs, slurm_nodes
-from reconciler.loader import LoadedState
-from reconciler.rollout.failpoints import failpoint
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
 from reconciler.rollout.upgrade import UpgradeMachine
 from reconciler.rollout.upgrade_hooks import RealHooks
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
+from reconciler.transport.base import Transport
 
 LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
 MAX_FAILED = 20  # failed changes an apply gate's record names (node, resource, what, error)
@@ -163,7 +163,7 @@ class RolloutRunner:
 
     def gates_order(self) -> list[str]:
         """Inventory order of the new state's nodes."""
-        from reconciler.inventory import node_specs
+        from reconciler.desired.inventory import node_specs
 
         return list(node_specs(self.new.state))
 

@@ -22,12 +22,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.backend.base import Transport
-from reconciler.bounds import parse_duration
-from reconciler.inventory import NodeSpec
-from reconciler.model_upgrade import Upgrade
-from reconciler.rollout.failpoints import failpoint
-from reconciler.rollout.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.common.failpoints import failpoint
+from reconciler.desired.inventory import NodeSpec
+from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.model.bounds import parse_duration
+from reconciler.model.upgrade import Upgrade
+from reconciler.transport.base import Transport
 
 STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
           "done", "failed", "rolling-back", "rolled-back")

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from reconciler import hostlist
-from reconciler.backend.base import Transport
 from reconciler.checks.gpu import judge as gpu_judge
 from reconciler.checks.gpu.dcgm import dcgm_command
 from reconciler.checks.gpu.query import MINORS_COMMAND, parse_minors, parse_query, query_command
 from reconciler.checks.gpu.xid import XidMemory, xid_command
 from reconciler.checks.sections import Section, script, split_sections
+from reconciler.common import hostlist
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.drivers.slurm_reboot import (
     fail_command,
     installed_version_command,
@@ -24,13 +25,12 @@ from reconciler.drivers.slurm_reboot import (
 from reconciler.engine.apply import ApplyOptions
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.run import open_reconcile
-from reconciler.inventory import node_specs
-from reconciler.loader import LoadedState
+from reconciler.engine.upgrade_steps import ReloadSteps
 from reconciler.model import GpuExpectation
-from reconciler.model_upgrade import Upgrade
+from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.gates import Gates
 from reconciler.rollout.upgrade import Hooks, Prepared
-from reconciler.rollout.upgrade_steps import ReloadSteps
+from reconciler.transport.base import Transport
 
 DCGM_TIMEOUT = 900
 Log = Callable[[str], None]

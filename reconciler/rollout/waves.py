@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from reconciler.engine.plan import Plan
 from reconciler.model import Rollout, parse_duration
 

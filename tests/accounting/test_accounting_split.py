@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.accounting_scale import main as bench_main
-from reconciler.cli import main as cli
-from reconciler.errorder import SHOWN_ALIKE
-from reconciler.loader import ConfigError, DesiredStateError, LoadLimits, load_dir
+from reconciler.cli.main import main as cli
+from reconciler.desired.errorder import SHOWN_ALIKE
+from reconciler.desired.loader import ConfigError, DesiredStateError, LoadLimits, load_dir
 
 REPO = Path(__file__).resolve().parents[2]
 

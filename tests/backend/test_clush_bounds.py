@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("ClusterShell")
 
-from reconciler.backend.bounds import MAX_OUTPUT, MAX_STDERR, BoundedOutput, too_large_error  # noqa: E402
-from reconciler.backend.clush import ClushTransport  # noqa: E402
-from reconciler.inventory import NodeSpec  # noqa: E402
+from reconciler.desired.inventory import NodeSpec  # noqa: E402
 from reconciler.model import ServiceManager, SSHDefaults  # noqa: E402
+from reconciler.transport.bounds import MAX_OUTPUT, MAX_STDERR, BoundedOutput, too_large_error  # noqa: E402
+from reconciler.transport.clush import ClushTransport  # noqa: E402
 
 from .sshd_server import SSHD, Sshd  # noqa: E402
 

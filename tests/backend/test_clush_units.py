@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("ClusterShell")
 
-from reconciler.backend.clush import MAX_STDIN, RC_MARKER, ClushTransport, with_stdin  # noqa: E402
-from reconciler.inventory import NodeSpec  # noqa: E402
+from reconciler.desired.inventory import NodeSpec  # noqa: E402
 from reconciler.model import ServiceManager, SSHDefaults  # noqa: E402
+from reconciler.transport.clush import MAX_STDIN, RC_MARKER, ClushTransport, with_stdin  # noqa: E402
 
 
 def spec(name: str, port: int = 22, identity: str | None = None) -> NodeSpec:

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.backend import hostkeys
-from reconciler.backend.hostkeys import KnownHosts
+from reconciler.transport import hostkeys
+from reconciler.transport.hostkeys import KnownHosts
 
 KEYS = [paramiko.ECDSAKey.generate(bits=256), paramiko.ECDSAKey.generate(bits=256),
         paramiko.ECDSAKey.generate(bits=384), paramiko.ECDSAKey.generate(bits=521)]

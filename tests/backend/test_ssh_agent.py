@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend.ssh import SSHTransport
 from reconciler.facts.gather import AGENT_COMMAND, FactRequest
+from reconciler.transport.ssh import SSHTransport
 
 from .sshd_server import SSHD, Sshd
 from .test_ssh_persistent import established, kill_connections
@@ -127,7 +127,7 @@ def test_fact_agent_answers_fresh_facts_per_line(tmp_path: Path, sshd: Sshd,
 def test_hostile_node_output_is_bounded(tmp_path: Path, sshd: Sshd, client_key: tuple[Path, str]) -> None:
     """A node that sends endless output (a command's stdout, or an agent line with no end) is cut off at
     MAX_OUTPUT and reported; the daemon's memory does not follow the node (issue 22)."""
-    from reconciler.backend.session import MAX_OUTPUT
+    from reconciler.transport.session import MAX_OUTPUT
 
     node = spec("gpu01", sshd.port, client_key[0])
     with agent_transport(tmp_path, sshd) as transport:

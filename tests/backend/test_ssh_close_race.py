@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend.session import close_channel, open_channel, wait_readable
+from reconciler.transport.session import close_channel, open_channel, wait_readable
 
 from .sshd_server import SSHD, Sshd
 from .test_ssh_transport import make_transport, spec

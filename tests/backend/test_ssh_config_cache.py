@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.backend.ssh import CachedSSHConfig
+from reconciler.transport.ssh import CachedSSHConfig
 
 CONFIG = """\
 Host bastion

@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import socket, threading
 from pathlib import Path
-from reconciler.backend import SSHTransport
-from reconciler.inventory import NodeSpec
+from reconciler.transport import SSHTransport
+from reconciler.desired.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
 
 server = socket.socket()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend import SSHTransport
-from reconciler.backend.hostkeys import known_hosts_name
-from reconciler.inventory import NodeSpec
+from reconciler.desired.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
+from reconciler.transport import SSHTransport
+from reconciler.transport.hostkeys import known_hosts_name
 
 from .sshd_server import SSHD, Sshd, keygen
 

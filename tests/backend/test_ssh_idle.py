@@ -16,7 +16,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from reconciler.backend.ssh import IDLE_WAKE_SECONDS, SSHTransport
+from reconciler.transport.ssh import IDLE_WAKE_SECONDS, SSHTransport
 
 from .sshd_server import SSHD, Sshd
 from .test_ssh_transport import make_transport, spec

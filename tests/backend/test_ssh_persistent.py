@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend.ssh import SSHTransport, for_idempotent
+from reconciler.transport.ssh import SSHTransport, for_idempotent
 
 from . import sshd_server
 from .sshd_server import SSHD, Sshd

@@ -7,7 +7,7 @@ import time
 
 import paramiko
 
-from reconciler.backend.session import run_on_channel
+from reconciler.transport.session import run_on_channel
 
 
 class SilentChannel:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend import SSHTransport, wrap_command
+from reconciler.desired.inventory import NodeSpec
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
-from reconciler.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
+from reconciler.transport import SSHTransport, wrap_command
 
 from .sshd_server import SSHD, Sshd
 

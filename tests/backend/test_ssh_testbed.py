@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend import SSHTransport
-from reconciler.inventory import NodeSpec
+from reconciler.desired.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
+from reconciler.transport import SSHTransport
 
 from .sshd_server import keygen
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend import CommandResult, SSHTransport, Transport
-from reconciler.inventory import NodeSpec
+from reconciler.desired.inventory import NodeSpec
 from reconciler.model import ServiceManager, SSHDefaults
+from reconciler.transport import CommandResult, SSHTransport, Transport
 
 from .sshd_server import SSHD, Sshd, free_port
 

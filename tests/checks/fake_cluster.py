@@ -12,10 +12,10 @@ import re
 import shlex
 from pathlib import Path
 
-from reconciler import hostlist
-from reconciler.backend.base import BaseTransport, CommandResult
 from reconciler.checks.slurm_view import VIEW_COMMAND
-from reconciler.inventory import NodeSpec
+from reconciler.common import hostlist
+from reconciler.desired.inventory import NodeSpec
+from reconciler.transport.base import BaseTransport, CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 HEALTHY = (FIXTURES / "h200x8_all_reduce_perf.txt").read_text()

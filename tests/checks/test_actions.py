@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from reconciler.backend.base import BaseTransport, CommandResult
 from reconciler.checks.actions import REASON_MAX, Action, Policy, apply_actions, drain_reason, owns, plan_actions
 from reconciler.checks.results import CheckResult
 from reconciler.checks.slurm_view import parse_view
+from reconciler.desired.inventory import NodeSpec
 from reconciler.drivers.node_state import CHECK_PREFIXES
-from reconciler.inventory import NodeSpec
 from reconciler.model import ServiceManager
+from reconciler.transport.base import BaseTransport, CommandResult
 
 NCCL_REASON = "reconciler: nccl nightly: all_reduce busbw 118.6 < 330 GB/s"
 SCONTROL = f"""\

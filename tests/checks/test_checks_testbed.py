@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend.ssh import SSHTransport
 from reconciler.checks import store
 from reconciler.checks.runner import check_run
-from reconciler.loader import LoadedState, load_dir
+from reconciler.desired.loader import LoadedState, load_dir
+from reconciler.transport.ssh import SSHTransport
 from tests.testbed_fixture import SLURM_RELEASES, Testbed
 
 pytestmark = pytest.mark.testbed

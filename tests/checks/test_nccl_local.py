@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from reconciler.backend.base import BaseTransport, CommandResult
 from reconciler.checks import store
 from reconciler.checks.nccl.run import LOCAL_BUSY, local_argv, local_command, run_local
 from reconciler.checks.runner import check_run, policies_of
 from reconciler.checks.slurm_view import SlurmView
-from reconciler.inventory import NodeSpec, node_specs
-from reconciler.loader import LoadedState
+from reconciler.desired.inventory import NodeSpec, node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.model import DesiredState, NcclCheck
+from reconciler.transport.base import BaseTransport, CommandResult
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = str(REPO / "deploy" / "testbed" / "standins" / "all_reduce_perf")

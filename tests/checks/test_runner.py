@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.checks import store
 from reconciler.checks.runner import UnknownCheckError, check_run, run_checks
-from reconciler.loader import LoadedState
+from reconciler.desired.loader import LoadedState
 from reconciler.model import DesiredState
 
 from .fake_cluster import FakeCluster

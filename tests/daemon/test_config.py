@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.daemon.config import load_config
-from reconciler.loader import DesiredStateError
+from reconciler.desired.loader import DesiredStateError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,9 +23,9 @@ from structlog.testing import capture_logs
 from reconciler.daemon.config import NOTIFY_EVENTS, DaemonConfig, NotificationsConfig, load_config
 from reconciler.daemon.loop import Reconciler, Target
 from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.notify import Notifier, NotifyConfigError, drained_message, scheme_of
 from reconciler.daemon.store import Store
-from reconciler.loader import DesiredStateError, load_dir
-from reconciler.notify import Notifier, NotifyConfigError, drained_message, scheme_of
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.rollout.gates import GateResult
 from reconciler.rollout.runner import RolloutResult
 from reconciler.rollout.waves import Wave, WavePlan

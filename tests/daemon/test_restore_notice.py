@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from reconciler.cli import main
+from reconciler.cli.main import main
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.loop import Reconciler, Target
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import load_snapshot, render
 from reconciler.daemon.store import Store
+from reconciler.desired.loader import load_dir
 from reconciler.engine.restore import RestoreReport
-from reconciler.loader import load_dir
 from reconciler.rollout.gates import GateResult
 from reconciler.rollout.rollback_text import rollback_lines
 from reconciler.rollout.runner import RolloutResult

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.scale import write_state
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.job_risk import cpu_keys_changed
 from reconciler.engine.context import Context
@@ -20,10 +21,9 @@ from reconciler.engine.followups import ORDER_CONTROLLER
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
+from reconciler.engine.synthetic_facts import converged_facts
 from reconciler.facts.models import JobFact
-from reconciler.facts.synthetic import converged_facts
-from reconciler.loader import load_dir
-from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 
 # bench's state: 8 GPU nodes in 4 node sets of 2 (gpu[00001-00002] first), controller login01, CPUs=224
 JOBS = [JobFact(job_id="41", state="RUNNING", nodes=["gpu00001"]),

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers.managed_files import ManagedFilesDriver
 from reconciler.drivers.services import ServicesDriver
 from reconciler.engine.context import Context
@@ -19,8 +21,6 @@ from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_text
 from reconciler.facts.models import ClusterFacts, FileFact, JobFact, NodeFacts, ServiceFact
-from reconciler.inventory import node_specs
-from reconciler.loader import DesiredStateError, load_dir
 
 from .base_state import write_state
 

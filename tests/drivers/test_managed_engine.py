@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reconciler.backend.base import CommandResult
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.gather import build_request, parse_node_facts
@@ -13,9 +13,9 @@ from reconciler.engine.ops import WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.engine.remote_write import write_request
 from reconciler.facts.models import FileFact, ServiceFact
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.facts.services import ENABLED
 from reconciler.model import ManagedFile
-from reconciler.services import ENABLED
+from reconciler.transport.base import CommandResult
 from tests.operations.test_operations import EXAMPLE, converged_facts
 
 from .base_state import write_state

@@ -10,12 +10,12 @@ import json
 import subprocess
 from pathlib import Path
 
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import mountpoints
 from reconciler.drivers.mounts import FSTAB, MountsDriver
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.facts.models import FileFact, MountFact
-from reconciler.loader import load_dir
 from tests.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.loader import load_dir
 from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import NodeStateDriver
 from reconciler.drivers.services import ServicesDriver
@@ -23,7 +24,6 @@ from reconciler.engine.restore import restore, undo_followups
 from reconciler.engine.undo import Restore
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import FileFact, NodeFacts, ServiceFact, SlurmNodeFact
-from reconciler.loader import load_dir
 from reconciler.model import ManagedService
 from reconciler.rollout.rollback_text import rollback_lines
 from tests.engine.testbed_state import write_state

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bench.scale import write_state
-from reconciler import hostlist
+from reconciler.common import hostlist
+from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.base import HEADER_MARK, unified_diff
 from reconciler.engine import fold
@@ -20,9 +21,8 @@ from reconciler.engine.followups import command, merge, service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_markdown, render_text
-from reconciler.facts.synthetic import converged_facts, file_fact
-from reconciler.loader import LoadedState, load_dir
-from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.engine.synthetic_facts import converged_facts, file_fact
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 
 NODES = 10_000
 CONF = "/etc/slurm/slurm.conf"
@@ -201,7 +201,7 @@ def test_fold_keeps_every_change_once() -> None:
 def test_cli_node_takes_one_node_name(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from reconciler.cli import main
+    from reconciler.cli.main import main
 
     bad = CliRunner().invoke(main, ["plan", str(tmp_path), "--node", "gpu[01-02]"])
     assert bad.exit_code == 1 and "--node takes one node name" in bad.output

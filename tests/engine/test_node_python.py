@@ -18,10 +18,10 @@ from reconciler.engine.owed_ledger import OWED_COMMAND
 from reconciler.engine.remote_write import REMOTE_SCRIPT as WRITE_SCRIPT
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.facts.gather import AGENT_COMMAND, GATHER_COMMAND, REMOTE_SCRIPT, FactRequest
+from reconciler.facts.services import _SUPERVISOR_RPC, status_python
 from reconciler.ha.lease import LEASE_COMMAND, LEASE_SCRIPT
 from reconciler.importer.packages import snippet
 from reconciler.model import ServiceManager
-from reconciler.services import _SUPERVISOR_RPC, status_python
 from tests.engine.conftest import Bed
 
 pytestmark = pytest.mark.testbed

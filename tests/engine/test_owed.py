@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bench.scale import write_state
-from reconciler.backend.base import CommandResult
+from reconciler.desired.inventory import NodeSpec
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.slurm_config import RECONFIGURE, drain_steps, responding_command
 from reconciler.engine import owed_ledger
@@ -22,10 +23,9 @@ from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, FollowU
 from reconciler.engine.owed import OWED_PATH, OwedFile, OwedStep, keeper
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_text
+from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import FileFact
-from reconciler.facts.synthetic import converged_facts, file_fact
-from reconciler.inventory import NodeSpec
-from reconciler.loader import load_dir
+from reconciler.transport.base import CommandResult
 
 
 @pytest.fixture

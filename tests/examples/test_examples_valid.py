@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.loader import load_dir
+from reconciler.desired.loader import load_dir
+from reconciler.desired.risks import risk_warnings
 from reconciler.render import managed_files_for, render_file
-from reconciler.risks import risk_warnings
 from tests.examples.variant import EXAMPLES, REPO, VARIANTS
 
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())

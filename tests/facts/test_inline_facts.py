@@ -16,8 +16,8 @@ import pytest
 
 from reconciler.facts import parsers
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
+from reconciler.facts.services import status_python
 from reconciler.model import ServiceManager
-from reconciler.services import status_python
 
 
 def _gather(request: FactRequest) -> dict[str, dict[str, object]]:

@@ -9,14 +9,14 @@ from pathlib import Path
 import git
 import pytest
 
+from reconciler.desired.loader import LoadedState, load_dir
+from reconciler.desired.source import describe_source
+from reconciler.engine import synthetic_facts as synthetic
 from reconciler.engine.context import Context
-from reconciler.facts import synthetic
 from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Secret
 from reconciler.forge.github import GitHubForge
-from reconciler.loader import LoadedState, load_dir
-from reconciler.prs import _MEMORY
-from reconciler.source import describe_source
+from reconciler.forge.pr_plan import _MEMORY
 from tests.engine.testbed_state import write_state
 from tests.forge.fake_github import FakeGitHub
 

@@ -13,7 +13,7 @@ import structlog
 
 from reconciler.engine.run import open_reconcile
 from reconciler.forge.github import GitHubForge
-from reconciler.prs import report_pull_requests
+from reconciler.forge.pr_plan import report_pull_requests
 from tests.engine.testbed_state import write_state
 from tests.forge.conftest import SUBDIR, Origin
 from tests.forge.fake_github import FakeGitHub

@@ -14,10 +14,10 @@ import structlog
 from reconciler.engine.followups import service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.report import MARKER
+from reconciler.engine.synthetic_facts import file_fact
 from reconciler.facts.models import ClusterFacts, JobFact
-from reconciler.facts.synthetic import file_fact
 from reconciler.forge.github import GitHubForge
-from reconciler.prs import PrPlan, PrReportResult, export_tree, render_pr_comment, report_pull_requests
+from reconciler.forge.pr_plan import PrPlan, PrReportResult, export_tree, render_pr_comment, report_pull_requests
 from tests.forge.conftest import SUBDIR, TOKEN, Origin, converged_facts, run_git
 from tests.forge.fake_github import FakeGitHub
 
@@ -318,7 +318,7 @@ def test_export_tree_writes_only_regular_files(origin: Origin, tmp_path: Path) -
 
 def test_a_pull_request_whose_files_take_a_source_file_loads(origin: Origin, tmp_path: Path) -> None:
     """The `source:` files YAML names travel with the PR's tree (before, only YAML did: "no such file")."""
-    from reconciler.loader import load_dir
+    from reconciler.desired.loader import load_dir
 
     origin.branch("source")
     origin.write(f"{SUBDIR}/files/motd", "hello from the PR\n")

@@ -23,11 +23,11 @@ from bench.__main__ import main as bench_main
 from bench.ansible_project import PLAYBOOK, AnsibleProject, ansible_playbook, inventory, recap, slurm_conf_vars
 from bench.nccl import recorded
 from bench.render_scale import main, render_all, write_desired_state
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
+from reconciler.desired.source import describe_source
 from reconciler.render import render_file
 from reconciler.render.blocks import block_body, replace_block
-from reconciler.source import describe_source
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "desired-state"

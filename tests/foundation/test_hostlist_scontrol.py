@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler import hostlist
-from reconciler.hostlist import HostlistError
+from reconciler.common import hostlist
+from reconciler.common.hostlist import HostlistError
 
 from .conftest import Scontrol
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reconciler.cli import main
-from reconciler.loader import ConfigError, DesiredStateError, load_dir
+from reconciler.cli.main import main
+from reconciler.desired.loader import ConfigError, DesiredStateError, load_dir
 
 from .conftest import EXAMPLE, append, plant
 
@@ -303,7 +303,7 @@ def test_raw_nel_is_refused_at_its_line_not_folded_into_a_space(tmp_path: Path) 
     """YAML reads U+0085 as a line break and folds it into a space: the file is refused where it stands."""
     import shutil
 
-    from reconciler.loader import DesiredStateError, load_dir
+    from reconciler.desired.loader import DesiredStateError, load_dir
 
     state = tmp_path / "state"
     shutil.copytree(Path(__file__).resolve().parents[2] / "desired-state", state)

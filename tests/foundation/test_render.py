@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reconciler.cli import main
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.cli.main import main
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
+from reconciler.desired.source import describe_source
 from reconciler.render import managed_files_for, render_file
 from reconciler.render.blocks import BEGIN, END, BlockError, block_body, find_block, replace_block
 from reconciler.render.common import slurm_value
 from reconciler.render.files import UnknownNodeError, file_path
 from reconciler.render.slurm_conf import render_slurm_conf
-from reconciler.source import describe_source
 
 from .conftest import EXAMPLE, plant
 

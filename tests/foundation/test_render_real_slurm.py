@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.hostlist import expand
-from reconciler.loader import load_dir
+from reconciler.common.hostlist import expand
+from reconciler.desired.loader import load_dir
 from reconciler.model import DesiredState
 from reconciler.render import render_file
 

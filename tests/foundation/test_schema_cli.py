@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ruamel.yaml import YAML
 
 from reconciler import __version__
-from reconciler.cli import main
+from reconciler.cli.main import main
 
 from .conftest import EXAMPLE, REPO
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.render.files import render_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "desired-state"
@@ -101,7 +101,7 @@ def test_gpus_without_gres_types_is_an_error_not_a_silent_addition(tmp_path: Pat
 
 
 def test_auth_none_is_a_risk_warning_at_its_key(state_dir: Path) -> None:
-    from reconciler.risks import risk_warnings
+    from reconciler.desired.risks import risk_warnings
 
     cluster = state_dir / "cluster.yaml"
     text = cluster.read_text().replace("    AuthType: auth/munge\n", "    AuthType: auth/none\n")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from reconciler.backend.base import BaseTransport, CommandResult
-from reconciler.inventory import NodeSpec
+from reconciler.desired.inventory import NodeSpec
+from reconciler.transport.base import BaseTransport, CommandResult
 
 
 def spec(name: str) -> NodeSpec:

@@ -11,12 +11,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from reconciler.backend.base import Transport
+from reconciler.desired.inventory import NodeSpec
 from reconciler.engine.fence import FENCED_EXIT, FencingTransport, fenced_command, is_fenced
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.ha.role import HighAvailability
-from reconciler.inventory import NodeSpec
+from reconciler.transport.base import Transport
 from tests.ha.local_shell import LocalShell, spec
 
 
@@ -119,7 +119,7 @@ def test_an_unreachable_lease_node_makes_the_leader_step_down_only_when_its_leas
     def unreachable() -> Iterator[tuple[Transport, NodeSpec]]:
         class Down(LocalShell):
             def run(self, node, command, *, stdin=None, timeout=None):  # type: ignore[no-untyped-def]
-                from reconciler.backend.base import CommandResult
+                from reconciler.transport.base import CommandResult
                 return CommandResult(node.name, None, "", "", 0.0, error="timed out")
         yield Down(), spec("ctl")
 

@@ -109,7 +109,7 @@ def test_many_askers_at_once_get_exactly_one_leader(tmp_path: Path) -> None:
 def test_an_unreachable_lease_node_is_an_error_not_a_verdict(tmp_path: Path) -> None:
     class Down(LocalShell):
         def run(self, node, command, *, stdin=None, timeout=None):  # type: ignore[no-untyped-def]
-            from reconciler.backend.base import CommandResult
+            from reconciler.transport.base import CommandResult
             return CommandResult(node.name, None, "", "", 0.0, error="connection refused")
 
     with pytest.raises(LeaseError, match="lease node ctl: ctl: connection refused"):

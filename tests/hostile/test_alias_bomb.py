@@ -28,7 +28,7 @@ def peak_kib():
 
 
 started = time.perf_counter()
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import DesiredStateError, load_dir
 imported = time.perf_counter()
 try:
     load_dir(sys.argv[1])

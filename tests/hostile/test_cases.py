@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import DesiredStateError, load_dir
 from tests.hostile.cases import Case, load_cases, write_case
 
 CASES = load_cases()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from reconciler.cli import main
+from reconciler.cli.main import main
 from tests.hostile.cases import Case, load_cases, write_case
 from tests.testbed_fixture import Testbed
 

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import netnames
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.importer.sources import parse_ssh_url
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.model import netnames
 from tests.engine.testbed_state import write_state
 
 NASTY = list("-;|&$`()<>'\" \t*?[]{}~!#%\\/.,:@=+_^") + ["..", "-o", "\u00e9", "\u2028", "\x00", "\n"]

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reconciler.desired.loader import DesiredStateError, load_dir
+from reconciler.desired.risks import risk_warnings
+from reconciler.desired.targets import SYSTEM_DIRS, VIRTUAL_FS, wildcard_host
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.planner import make_plan
-from reconciler.loader import DesiredStateError, load_dir
-from reconciler.prs import PrPlan, render_pr_comment
-from reconciler.risks import risk_warnings
-from reconciler.targets import SYSTEM_DIRS, VIRTUAL_FS, wildcard_host
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 from tests.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.backend.base import CommandResult
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.gather import parse_node_facts
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.facts.models import FileFact, SlurmNodeFact
-from reconciler.loader import load_dir
-from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.transport.base import CommandResult
 from tests.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import hostlist
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.common import hostlist
+from reconciler.desired.loader import DesiredStateError, load_dir
 from tests.engine.testbed_state import write_state
 
 RANGE = st.tuples(st.integers(0, 40), st.integers(0, 40)).map(lambda r: (min(r), max(r)))

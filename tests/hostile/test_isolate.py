@@ -1,4 +1,4 @@
-"""reconciler.isolate: a child under CPU-time, memory and wall-clock limits; the parent always goes on."""
+"""reconciler.common.isolate: a child under CPU-time, memory and wall-clock limits; the parent always goes on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from reconciler.isolate import ChildFailed, LimitExceeded, Limits, run_limited
+from reconciler.common.isolate import ChildFailed, LimitExceeded, Limits, run_limited
 
 
 def _spin() -> None:

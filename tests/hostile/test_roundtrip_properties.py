@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from reconciler import params as slurm_params
-from reconciler import values as value_rules
-from reconciler.loader import DesiredStateError, LoadedState, load_dir
+from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.model import DesiredState
+from reconciler.model import values as value_rules
 from reconciler.render import render_file
 from tests.hostile.parsers import exports_entries, fstab_entries, slurm_lines
 

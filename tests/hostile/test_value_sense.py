@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from reconciler.bounds import DAY, U16_MAX, U32_MAX, duration_between, human, parse_duration
 from reconciler.daemon.config import DaemonConfig, HAConfig, NotificationsConfig, RetryPolicy
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import DesiredStateError, load_dir
+from reconciler.desired.relations import account_cycles, qos_self_preemption, rollout_gates
 from reconciler.model import (
     Accounting,
     AccountSpec,
@@ -28,7 +28,7 @@ from reconciler.model import (
     Rollout,
     RolloutGates,
 )
-from reconciler.relations import account_cycles, qos_self_preemption, rollout_gates
+from reconciler.model.bounds import DAY, U16_MAX, U32_MAX, duration_between, human, parse_duration
 
 from ..foundation.conftest import EXAMPLE
 

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from reconciler.loader import DesiredStateError, LoadLimits, load_dir
-from reconciler.yamlread import Bounds, YamlReadError, read_document
+from reconciler.desired.loader import DesiredStateError, LoadLimits, load_dir
+from reconciler.desired.yamlread import Bounds, YamlReadError, read_document
 from tests.hostile.worst_cases import SHAPES, measure, worst_case
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reconciler.loader import LoadLimits
+from reconciler.desired.loader import LoadLimits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def worst_case(shape: str, limit: int | None = None) -> str:
     return text
 
 
-PROBE = ("import json, sys, time\nfrom reconciler.loader import DesiredStateError, load_dir\n"
+PROBE = ("import json, sys, time\nfrom reconciler.desired.loader import DesiredStateError, load_dir\n"
          "t = time.perf_counter()\ntry:\n    load_dir(sys.argv[1]); errors = []\n"
          "except DesiredStateError as e:\n    errors = [str(x) for x in e.errors]\n"
          "s = time.perf_counter() - t\n"

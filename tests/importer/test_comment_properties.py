@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reconciler.desired.loader import load_dir
+from reconciler.facts.slurmconf import ConfSyntaxError
 from reconciler.importer import ImportProblem, import_files
 from reconciler.importer.sources import LocalFiles
-from reconciler.loader import load_dir
-from reconciler.slurmconf import ConfSyntaxError
 
 BASE = [
     "ClusterName=prop",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import load_dir
+from reconciler.desired.loader import load_dir
 from reconciler.render.files import render_file
 from tests.shared_fixtures import shared_fixture
 from tests.slurm_meaning import meaning_diff

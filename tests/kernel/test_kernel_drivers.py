@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import kernel_live
 from reconciler.drivers.kernel_modules import FACTS_KEY as MODULES_KEY
 from reconciler.drivers.kernel_modules import KernelModulesDriver
@@ -18,8 +20,6 @@ from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan
 from reconciler.facts.models import ClusterFacts, FileFact, NodeFacts
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
 from tests.drivers.base_state import write_state
 
 DRIVERS = [KernelModulesDriver(), SysctlsDriver()]

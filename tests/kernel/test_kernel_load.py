@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import DesiredStateError, load_dir
 from tests.drivers.base_state import write_state
 
 

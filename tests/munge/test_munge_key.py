@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.checks.node import judge_munge
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.munge_key import KEY_PATH, MungeKeyError, read_key
 from reconciler.engine.context import Context
@@ -26,9 +27,8 @@ from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.engine.report import render_json, render_markdown, render_text
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import FileFact, JobFact
-from reconciler.loader import DesiredStateError, load_dir
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 from reconciler.model import Munge
-from reconciler.prs import PrPlan, render_pr_comment
 from tests.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]

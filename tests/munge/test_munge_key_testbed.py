@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.loader import load_dir
 from reconciler.drivers.munge_key import KEY_PATH
 from reconciler.engine.run import open_reconcile
-from reconciler.loader import load_dir
-from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed

@@ -7,7 +7,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from reconciler.checks.nccl.cli import nccl
+from reconciler.cli.nccl import nccl
 
 from .cases import FIXTURES, GIB
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
-from reconciler.loader import load_dir
 from reconciler.render import managed_files_for, render_file
 from reconciler.render.configless import (
     SUPERVISORD_PROGRAM,

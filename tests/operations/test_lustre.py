@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.mountpoints import make_command
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.planner import make_plan
 from reconciler.facts.models import MountFact
-from reconciler.loader import DesiredStateError, load_dir
 from reconciler.render import render_file
 from tests.operations.test_operations import EXAMPLE, converged_facts
 

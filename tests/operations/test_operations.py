@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.mountpoints import make_command
 from reconciler.drivers.patches import PatchError, apply_edit
@@ -24,8 +26,6 @@ from reconciler.facts.models import (
     SlurmNodeFact,
     StatFact,
 )
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
 from reconciler.model import Patch
 from reconciler.render import managed_files_for, render_file
 from reconciler.render.files import file_path

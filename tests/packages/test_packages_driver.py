@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.drivers.packages import PackagesDriver
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
@@ -15,8 +17,6 @@ from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_text
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
 
 from ..drivers.base_state import write_state
 

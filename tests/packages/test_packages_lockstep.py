@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Change
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_text
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.models import ClusterFacts, NodeFacts
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
 
 from ..drivers.base_state import write_state
 from .test_packages_driver import DRIVER, FACTS, commands, dnf_answer

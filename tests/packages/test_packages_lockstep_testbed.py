@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.versions import deb_compare, rpm_compare
+from reconciler.common.versions import deb_compare, rpm_compare
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed

@@ -1,4 +1,4 @@
-"""reconciler/versions.py against the real tools: dpkg --compare-versions (live), rpm.vercmp (recorded, and live
+"""reconciler/common/versions.py against the real tools: dpkg --compare-versions (live), rpm.vercmp (recorded, and live
 where rpm is installed), and the glob and resolve rules."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.versions import check_spec, deb_compare, highest, matches, resolve, rpm_compare
+from reconciler.common.versions import check_spec, deb_compare, highest, matches, resolve, rpm_compare
 
 FIXTURES = Path(__file__).parent.parent / "facts"
 DEB_PART = st.text(alphabet="0123456789abz.+~", min_size=0, max_size=6)

@@ -1,5 +1,5 @@
-"""How the command starts (reconciler/startup.py): the collector off while modules load and frozen after, on again
-for the command itself (the daemon included); importing reconciler.cli as a library changes nothing; the
+"""How the command starts (reconciler/cli/startup.py): the collector off while modules load and frozen after, on again
+for the command itself (the daemon included); importing reconciler.cli.main as a library changes nothing; the
 open-files soft limit raised to the hard one."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import gc, json, os, resource, sys
 {before}
-from reconciler.cli import main
+from reconciler.cli.main import main
 seen = {{}}
-import reconciler.cli as cli
+import reconciler.cli.main as cli
 
 @cli.main.command("probe-gc")
 def probe() -> None:
@@ -41,7 +41,7 @@ def probe(before: str, limit: int | None = None) -> dict[str, object]:
 
 
 def test_console_start_freezes_the_import_heap_and_collects_during_the_command() -> None:
-    seen = probe("from reconciler import startup\nstartup.begin()\nassert not gc.isenabled()", limit=1024)
+    seen = probe("from reconciler.cli import startup\nstartup.begin()\nassert not gc.isenabled()", limit=1024)
     assert seen["enabled"] is True, seen  # the command (a daemon too) runs with the collector on
     assert isinstance(seen["frozen"], int) and seen["frozen"] > 10000, seen  # the imported modules' objects
     assert seen["plugins"] == "__all__"
@@ -54,11 +54,11 @@ def test_library_import_changes_nothing() -> None:
 
 
 def test_user_choice_of_pydantic_plugins_is_kept() -> None:
-    seen = probe("os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'logfire'\nfrom reconciler import startup\n"
+    seen = probe("os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'logfire'\nfrom reconciler.cli import startup\n"
                  "startup.begin()")
     assert seen["plugins"] == "logfire"
 
 
 def test_console_script_points_at_startup() -> None:
     text = (REPO / "pyproject.toml").read_text()
-    assert 'reconciler = "reconciler.startup:main"' in text
+    assert 'reconciler = "reconciler.cli:main"' in text

@@ -83,7 +83,7 @@ class RolloutBed:
 
     def daemon(self, state_dir: Path | None = None, failpoints: str = "", **config: Any) -> DaemonProcess:
         """Start `reconciler run` (enforce, 1 s polls) on the remote; STATE_DIR: reuse one (a restart);
-        FAILPOINTS: RECONCILER_FAILPOINTS for it (reconciler/rollout/failpoints.py)."""
+        FAILPOINTS: RECONCILER_FAILPOINTS for it (reconciler/common/failpoints.py)."""
         n = next(self.counter)
         state_dir = state_dir or self.root / f"state{n}"
         values: dict[str, Any] = {"repository": {"url": str(self.remote.bare), "branch": "main"},

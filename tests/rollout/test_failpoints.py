@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from reconciler.rollout.failpoints import ENV, failpoint, parse
+from reconciler.common.failpoints import ENV, failpoint, parse
 
 
 def test_parse_keeps_well_formed_terms_only() -> None:

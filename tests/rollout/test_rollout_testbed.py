@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from reconciler import hostlist
+from reconciler.common import hostlist
 from tests.daemon.harness import REPO, DaemonProcess
 from tests.rollout.conftest import COMPUTES, GOOD_PROLOG, RolloutBed, journal, make_rbed
 from tests.testbed_fixture import SLURM_RELEASES, Testbed, host_release

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.backend.ssh import SSHTransport
 from reconciler.checks.smoke import JOB_NAME, SmokeResult, SmokeSpec, run_smoke
 from reconciler.checks.smoke_settle import parse_settle, prolog_failures, settle_command
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
+from reconciler.transport.ssh import SSHTransport
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]

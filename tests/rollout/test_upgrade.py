@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.rollout.failpoints import ENV
+from reconciler.common.failpoints import ENV
 from tests.ha.local_shell import LocalShell
 from tests.rollout.upgrade_sim import NEW, OLD, REASON, FileJournal, Sim
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.versions import deb_compare
+from reconciler.common.versions import deb_compare
 from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, pair
 from tests.testbed_fixture import Testbed
 

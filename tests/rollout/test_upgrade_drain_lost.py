@@ -7,8 +7,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from reconciler.engine.upgrade_steps import RebootSteps
 from reconciler.rollout.upgrade import Hooks
-from reconciler.rollout.upgrade_steps import RebootSteps
 from tests.ha.local_shell import LocalShell
 from tests.rollout.upgrade_sim import NEW, FileJournal, Sim
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.versions import deb_compare
+from reconciler.common.versions import deb_compare
 from tests.backend.sshd_server import free_port
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.rollout.conftest import journal

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.versions import deb_compare
+from reconciler.common.versions import deb_compare
 from tests.rollout.upgrade_bed import DRIVER, cli, pair
 from tests.testbed_fixture import Testbed
 

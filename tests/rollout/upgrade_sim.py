@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from reconciler.model_upgrade import Upgrade
+from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.upgrade import Hooks, Prepared, UpgradeMachine
-from reconciler.rollout.upgrade_steps import RebootSteps, ReloadSteps
 from tests.ha.local_shell import LocalShell, spec
 
 OLD, NEW = "550.127.05", "570.86.15"

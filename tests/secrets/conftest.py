@@ -10,7 +10,7 @@ from pathlib import Path
 import pyrage
 import pytest
 
-from reconciler.agesecrets import encrypt
+from reconciler.desired.agesecrets import encrypt
 from tests.forge.conftest import _fresh_memory_cache, fake, forge, origin, sleeps  # noqa: F401 - PR fixtures
 
 REPO = Path(__file__).resolve().parents[2]

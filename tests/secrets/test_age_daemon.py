@@ -8,12 +8,12 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from reconciler.agesecrets import NO_IDENTITY
-from reconciler.cli import main
+from reconciler.cli.main import main
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.store import Store
+from reconciler.desired.agesecrets import NO_IDENTITY
 
 from .conftest import PLAIN, SENTINEL, Key
 

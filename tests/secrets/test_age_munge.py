@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.agesecrets import encrypt, load_identities, unlock
+from reconciler.desired.agesecrets import encrypt, load_identities, unlock
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.munge_key import KEY_PATH, MungeKeyError, read_key
 from reconciler.engine.context import Context
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.engine.remote_write import write_request
-from reconciler.loader import DesiredStateError, load_dir
 from tests.operations.test_operations import converged_facts
 
 from .conftest import Key, make_state

@@ -15,8 +15,9 @@ import pyrage
 import pytest
 from click.testing import CliRunner
 
-from reconciler.agesecrets import NO_IDENTITY, has_encrypted, load_identities, require_identity, unlock
-from reconciler.cli import main
+from reconciler.cli.main import main
+from reconciler.desired.agesecrets import NO_IDENTITY, has_encrypted, load_identities, require_identity, unlock
+from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.ops import WriteFile
@@ -24,8 +25,7 @@ from reconciler.engine.planner import make_plan
 from reconciler.engine.remote_write import write_request
 from reconciler.engine.report import render_json, render_markdown, render_text
 from reconciler.facts.models import FileFact
-from reconciler.loader import DesiredStateError, LoadedState, load_dir
-from reconciler.prs import PrPlan, render_pr_comment
+from reconciler.forge.pr_plan import PrPlan, render_pr_comment
 from tests.operations.test_operations import converged_facts
 
 from .conftest import FILES, PLAIN, SENTINEL, TARGET, Key, make_state

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import structlog
 
-from reconciler.agesecrets import encrypt, load_identities, unlock
+from reconciler.desired.agesecrets import encrypt, load_identities, unlock
 from reconciler.facts.models import FileFact
 from reconciler.forge.github import GitHubForge
-from reconciler.prs import export_tree, report_pull_requests
+from reconciler.forge.pr_plan import export_tree, report_pull_requests
 from tests.forge.conftest import SUBDIR, Origin, converged_facts
 from tests.forge.fake_github import FakeGitHub
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from reconciler.agesecrets import Encrypted, decrypt, load_identities, looks_encrypted
-from reconciler.cli import main
+from reconciler.cli.main import main
+from reconciler.desired.agesecrets import Encrypted, decrypt, load_identities, looks_encrypted
 
 from .conftest import PLAIN, SENTINEL, Key, make_state
 
@@ -179,7 +179,7 @@ def test_ssh_ed25519_recipient_and_openssh_identity(tmp_path: Path) -> None:
 
 
 def test_bad_identity_files_are_named_without_their_content(tmp_path: Path) -> None:
-    from reconciler.agesecrets import AgeError
+    from reconciler.desired.agesecrets import AgeError
 
     bad = tmp_path / "bad.key"
     bad.write_text("# comment\nAGE-SECRET-KEY-1NOTAKEY-SECRETISH\n")

@@ -93,7 +93,7 @@ def test_user_with_association_runs_a_job_and_one_without_is_rejected(bed: Testb
 
 def test_desired_state_says_what_the_running_slurm_conf_says(bed: Testbed) -> None:
     """cluster.yaml's slurm_conf is the running slurm.conf's parameters, in order."""
-    loader = pytest.importorskip("reconciler.loader")
+    loader = pytest.importorskip("reconciler.desired.loader")
     desired = [(k, str(v)) for k, v in loader.load_dir(bed.desired_state).state.cluster.slurm_conf.items()]
     running = bed.run("ctl", "cat /etc/slurm/slurm.conf", check=True).stdout.split("\n\n")[0].splitlines()
     pairs = [tuple(line.split("=", 1)) for line in running if "=" in line and not line.startswith("#")]

@@ -36,10 +36,10 @@ def test_facts_through_two_gateways_equal_direct_facts_and_a_dead_gateway_loses_
         testbed_factory: Callable[..., Testbed], tmp_path: Path) -> None:
     if not Path("/usr/lib/python3/dist-packages/ClusterShell").is_dir():
         pytest.skip("the nodes' python3 has no ClusterShell: apt-get install python3-clustershell (testbed deps)")
-    from reconciler.backend.clush import ClushTransport
-    from reconciler.backend.ssh import SSHTransport
+    from reconciler.desired.loader import load_dir
     from reconciler.engine.run import open_reconcile
-    from reconciler.loader import load_dir
+    from reconciler.transport.clush import ClushTransport
+    from reconciler.transport.ssh import SSHTransport
 
     bed = testbed_factory(nodes=8, light=True)
     state = gateway_state(bed, tmp_path / "desired")
@@ -87,8 +87,8 @@ def test_facts_through_two_gateways_equal_direct_facts_and_a_dead_gateway_loses_
 
 def patches_plan(state: Path) -> Plan:
     """A fresh plan of STATE through its gateways."""
+    from reconciler.desired.loader import load_dir
     from reconciler.engine.run import open_reconcile
-    from reconciler.loader import load_dir
 
     run = open_reconcile(load_dir(state))
     try:

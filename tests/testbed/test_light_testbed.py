@@ -65,7 +65,7 @@ def test_bad_sizes_and_subnets_are_refused(computes: int, subnet: str, light: bo
 
 
 def test_light_desired_state_validates(tmp_path: Path) -> None:
-    loader = pytest.importorskip("reconciler.loader")
+    loader = pytest.importorskip("reconciler.desired.loader")
     layout = tb.Layout(name="tblight", computes=256, subnet="10.250.16", light=True)
     out = tmp_path / "desired-state"
     data = desired_state.spec(layout, cpus=16, memory_mb=64000, gpus=8)

@@ -174,7 +174,7 @@ def test_up_is_idempotent(testbed: Testbed) -> None:
 
 
 def test_desired_state_validates(testbed: Testbed) -> None:
-    pytest.importorskip("reconciler.cli")
+    pytest.importorskip("reconciler.cli.main")
     proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(testbed.desired_state)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

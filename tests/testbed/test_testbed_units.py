@@ -46,7 +46,7 @@ class FakeLayout:
 
 @pytest.mark.parametrize("computes", [1, 4, 64])
 def test_generated_desired_state_validates(tmp_path: Path, computes: int) -> None:
-    loader = pytest.importorskip("reconciler.loader")
+    loader = pytest.importorskip("reconciler.desired.loader")
     desired_state = load("testbed_desired_state", TESTBED_DIR / "desired_state.py")
     names = [f"gpu{i:02d}" for i in range(1, computes + 1)]
     layout = FakeLayout("tbunit", "10.250.7", names, tmp_path / "desired-state", tmp_path / "ssh_config",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import load_dir
 from reconciler.drivers.packages import PackagesDriver
 from reconciler.drivers.slurm_upgrade import SlurmUpgradeDriver
 from reconciler.engine.context import Context
@@ -13,8 +15,6 @@ from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
-from reconciler.inventory import node_specs
-from reconciler.loader import load_dir
 
 from ..drivers.base_state import write_state
 

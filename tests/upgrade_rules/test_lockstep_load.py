@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.loader import DesiredStateError, load_dir
-from reconciler.upgrade_rules import branch_agrees, nvidia_family, upstream
+from reconciler.desired.loader import DesiredStateError, load_dir
+from reconciler.desired.upgrade_rules import branch_agrees, nvidia_family, upstream
 
 from ..drivers.base_state import write_state
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers.slurm_upgrade import BACKUP_PHASE, CTLD_PHASE, DBD_PHASE, SLURMD_PHASE
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.report import render_text
-from reconciler.loader import DesiredStateError, load_dir
 
 from ..drivers.base_state import write_state
 from .slurm_state import DEBIAN_2205, packages_yaml, plan_for
