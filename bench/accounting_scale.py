@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.render_scale import write_desired_state
-from reconciler.checks.sections import MARK
 from reconciler.desired.loader import load_dir
 from reconciler.drivers.accounting import Planner
 from reconciler.drivers.accounting_facts import ACCOUNT_FORMAT, ASSOC_FORMAT, QOS_FORMAT, parse_accounting
+from reconciler.facts.sections import MARK
 from reconciler.model import Accounting
 
 USERS_PER_FILE = 5_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from reconciler.checks.sections import Section
+from reconciler.facts.sections import Section
 
 ItemStatus = Literal["pass", "fail", "error"]
 

@@ -27,13 +27,13 @@ from reconciler.checks.gpu.query import MINORS_COMMAND, QUERY_TIMEOUT, parse_min
 from reconciler.checks.gpu.xid import XidMemory, parse_xids, xid_command
 from reconciler.checks.items import Item, no_output, tail
 from reconciler.checks.results import CheckResult, utcnow
-from reconciler.checks.sections import Section, script, split_sections
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.common import hostlist
 from reconciler.desired.inventory import NodeSpec, node_specs
 from reconciler.drivers.node_state import GPU_REASON_PREFIX, REASON_PREFIX
 from reconciler.facts.models import MountFact, ServiceFact
 from reconciler.facts.parsers import parse_mountinfo
+from reconciler.facts.sections import Section, script, split_sections
 from reconciler.facts.services import parse_status, status_command
 from reconciler.model import DesiredState, GpuExpectation, NhcCheck, NodeCheck, ServiceManager, parse_duration
 from reconciler.transport.base import CommandResult, Transport

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from reconciler.checks.sections import Section, script, split_sections
 from reconciler.desired.inventory import NodeSpec
 from reconciler.facts.models import JobFact, SlurmNodeFact
 from reconciler.facts.parsers import SCONTROL_NODES_COMMAND, SQUEUE_COMMAND, parse_scontrol_nodes, parse_squeue
+from reconciler.facts.sections import Section, script, split_sections
 from reconciler.transport.base import Transport
 
 VIEW_COMMAND = script([("nodes", SCONTROL_NODES_COMMAND), ("jobs", SQUEUE_COMMAND)])

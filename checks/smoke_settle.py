@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from reconciler.checks.sections import script, split_sections
 from reconciler.checks.slurm_view import VIEW_COMMAND, SlurmView, parse_view
 from reconciler.common import hostlist
 from reconciler.desired.inventory import NodeSpec
+from reconciler.facts.sections import script, split_sections
 from reconciler.transport.base import Transport
 
 POLL = 0.25

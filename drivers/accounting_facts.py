@@ -10,7 +10,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reconciler.checks.sections import script, split_sections
+from reconciler.facts.sections import script, split_sections
 
 QOS_FORMAT = ("Name,Description,Priority,Preempt,PreemptMode,Flags,UsageFactor,GrpTRES,GrpJobs,MaxTRES,"
               "MaxTRESPerNode,MaxTRESPU,MaxJobsPU,MaxSubmitPU,MaxWall")

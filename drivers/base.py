@@ -1,31 +1,16 @@
-"""What every driver shares: the driver protocol and the managed-file comparison."""
+"""What every driver shares: the managed-file comparison (the protocol itself is reconciler/engine/driver.py)."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import Protocol
 
-from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change
-from reconciler.facts.gather import FactRequest
-from reconciler.facts.models import FileFact, NodeFacts
+from reconciler.facts.models import FileFact
 
 HEADER_MARK = ": managed by reconciler from "
-
-
-class Driver(Protocol):
-    """A managed thing: says which facts it needs, and turns facts into changes."""
-
-    name: str
-    phase: int
-
-    def request(self, ctx: Context, node: str, req: FactRequest) -> None:
-        """Add to the node's fact request what this driver needs."""
-
-    def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
-        """Compare facts with the desired state and return the node's changes."""
 
 
 def unified_diff(path: str, node: str, before: str, after: str) -> str:
@@ -99,3 +84,7 @@ def _diff(path: str, node: str, current: str, desired: str, ignore_header: bool)
     if ignore_header:
         return unified_diff(path, node, without_leading_comments(current), without_leading_comments(desired))
     return unified_diff(path, node, current, desired)
+
+
+__all__ = ["Driver", "HEADER_MARK", "file_change", "is_ours", "unified_diff", "without_header",
+           "without_leading_comments"]

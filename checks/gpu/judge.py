@@ -16,7 +16,7 @@ from reconciler.checks.gpu.nvlink import parse_nvlink
 from reconciler.checks.gpu.query import HW_SLOWDOWN, IDLE, MISSING, QUERY_TIMEOUT, GpuQuery, GpuRow, parse_query
 from reconciler.checks.gpu.xid import KernelLog, XidMemory, judge_events, meaning, parse_xids
 from reconciler.checks.items import Item, no_output, tail
-from reconciler.checks.sections import Section
+from reconciler.facts.sections import Section
 from reconciler.model import GpuExpectation, IbExpectation
 
 TIMED_OUT = 124

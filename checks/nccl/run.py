@@ -27,10 +27,10 @@ from reconciler.checks.nccl.models import NcclTest
 from reconciler.checks.nccl.parser import collective_from_binary, parse_output
 from reconciler.checks.nccl.verdict import RegressionPolicy, Thresholds, evaluate, format_size, representative_busbw
 from reconciler.checks.results import CheckResult, utcnow
-from reconciler.checks.sections import section, split_sections
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.common import hostlist
 from reconciler.desired.inventory import NodeSpec
+from reconciler.facts.sections import section, split_sections
 from reconciler.model import DesiredState, NcclCheck, parse_duration, parse_size
 from reconciler.transport.base import Transport
 

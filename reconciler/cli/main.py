@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from reconciler.cli import startup
+from reconciler.drivers import all_drivers
 
 if __name__ == "__main__":  # `python -m reconciler.cli`: start as the console script does
     startup.begin()
@@ -106,7 +107,7 @@ def _open(directory: str, limit: str | None, forks: int | None,  # type: ignore[
     unlock_or_exit(loaded, directory, age_identity, need_secrets)
     startup.settle()
     try:
-        return open_reconcile(loaded, limit=limit, forks=forks)
+        return open_reconcile(loaded, all_drivers(), limit=limit, forks=forks)
     except HostlistError as exc:
         click.echo(f"error: --limit: {exc}", err=True)
         sys.exit(1)

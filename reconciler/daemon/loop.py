@@ -32,6 +32,7 @@ from reconciler.daemon.workers import Background, Gate
 from reconciler.desired.agesecrets import has_encrypted, load_identities, require_identity, unlock
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
+from reconciler.drivers import all_drivers
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
@@ -353,7 +354,7 @@ class Reconciler:
             transport = leases.enter_context(self.sessions.lease(target.loaded, self.config.ssh.forks, cycle=True))
             if mode == "enforce":  # a leader gathers, applies and rolls out with its epoch on every request
                 transport = fenced(self.ha, transport)
-            run = open_reconcile(target.loaded, forks=self.config.ssh.forks, transport=transport)
+            run = open_reconcile(target.loaded, all_drivers(), forks=self.config.ssh.forks, transport=transport)
             run.gather()
             self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
             plan = run.plan()

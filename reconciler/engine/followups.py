@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from reconciler.engine.fold import SHORT_CAP, cap_nodeset, fold_mentions, fold_names, node_key, nodes_phrase
+from reconciler.engine.nodesets import SHORT_CAP, cap_nodeset, fold_mentions, fold_names, node_key, nodes_phrase
 
 FollowUpKind = Literal["command", "reload", "restart", "start"]
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from reconciler.drivers import Driver
 from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.engine.owed import OWED_PATH
 from reconciler.facts import parsers
 from reconciler.facts.gather import AGENT_COMMAND, GATHER_COMMAND, FactRequest

@@ -11,12 +11,13 @@ from reconciler.engine import followups as followup_text
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op
 from reconciler.engine.undo import Restore
+from reconciler.model.upgrade import Needs
 from reconciler.model.values import visible
 
 Action = Literal["ok", "create", "update", "delete", "unknown", "error"]
-# What a change needs before it takes effect, beyond its own ops (declared by drivers as data; the engine applies
-# such a change only when the caller allows that consequence, and never performs the reboot or reload itself).
-Needs = Literal["reboot", "driver-reload"]
+# What a change needs before it takes effect, beyond its own ops (`Needs`, from the model: declared by drivers as
+# data; the engine applies such a change only when the caller allows that consequence, and never performs the
+# reboot or reload itself).
 NEEDS_TEXT: dict[str, str] = {"reboot": "needs a reboot", "driver-reload": "needs a driver reload"}
 CHANGING: tuple[Action, ...] = ("create", "update", "delete")
 

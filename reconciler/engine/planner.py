@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from reconciler.desired.risks import risk_warnings
-from reconciler.drivers import Driver
 from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.engine.followups import FollowUp, carried, merge
 from reconciler.engine.owed import owed_followups, read_owed
 from reconciler.engine.plan import Change, Plan

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from reconciler.common import hostlist
 from reconciler.desired.loader import LoadedState
 from reconciler.desired.source import describe_source
-from reconciler.drivers import Driver, all_drivers
 from reconciler.engine.apply import ApplyOptions, ApplyResult, Log, apply_plan
 from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.engine.gather import gather
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
@@ -43,9 +44,9 @@ class Reconcile:
         self.transport.close()
 
 
-def open_reconcile(loaded: LoadedState, *, limit: str | None = None, forks: int | None = None,
-                   transport: Transport | None = None) -> Reconcile:
-    """Set up a reconcile: context, SSH transport, drivers."""
+def open_reconcile(loaded: LoadedState, drivers: Sequence[Driver], *, limit: str | None = None,
+                   forks: int | None = None, transport: Transport | None = None) -> Reconcile:
+    """Set up a reconcile: context, SSH transport, and the drivers it plans with (the engine knows none by name)."""
     names = set(hostlist.expand(limit)) if limit else None
     ctx = Context(loaded=loaded, source=describe_source(loaded.root, loaded.commit), limit=names)
     if transport is None and loaded.state.ssh.gateways:  # ClusterShell tree mode through the gateways
@@ -54,4 +55,4 @@ def open_reconcile(loaded: LoadedState, *, limit: str | None = None, forks: int 
         transport = ClushTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
     if transport is None:
         transport = SSHTransport(loaded.state.ssh, Path(loaded.root), forks=forks)
-    return Reconcile(ctx=ctx, transport=transport, drivers=all_drivers())
+    return Reconcile(ctx=ctx, transport=transport, drivers=list(drivers))

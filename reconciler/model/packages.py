@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from reconciler.common import versions
-from reconciler.engine.plan import Needs
+from reconciler.model.upgrade import Needs
 
 # Debian names are [a-z0-9][a-z0-9+.-]+, rpm names also take capitals and `_`; never a leading `-` (an option).
 PACKAGE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")

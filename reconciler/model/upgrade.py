@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reconciler.model.bounds import duration_between
 
+# What a change needs before it takes effect: written in `packages:` (`needs:`), declared by drivers on changes.
+Needs = Literal["reboot", "driver-reload"]
+
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:+-]{0,127}$"  # a unit, program, module or package name: never an option
 Name = Annotated[str, Field(pattern=_NAME)]
 UpgradeGate = Literal["gpu", "dcgm", "smoke"]

@@ -22,6 +22,7 @@ from reconciler.common import hostlist
 from reconciler.common.failpoints import failpoint
 from reconciler.desired.inventory import node_specs, slurm_nodes
 from reconciler.desired.loader import LoadedState
+from reconciler.drivers import all_drivers
 from reconciler.drivers.node_state import ours, resume_command
 from reconciler.drivers.slurm_reboot import UPGRADE_PREFIX
 from reconciler.engine.apply import ApplyOptions, ApplyResult
@@ -270,7 +271,7 @@ class RolloutRunner:
     def _apply(self, loaded: LoadedState, nodes: list[str], record: dict[str, Any]) -> ApplyResult:
         """Plan LOADED against NODES (fresh facts) and apply it; its follow-ups are journaled first (a crash
         after the files are written must still run the restarts they asked for)."""
-        run = open_reconcile(loaded, limit=hostlist.compress(nodes), transport=self.transport)
+        run = open_reconcile(loaded, all_drivers(), limit=hostlist.compress(nodes), transport=self.transport)
         run.gather()
         plan = run.plan()
         carry_over(run.ctx, plan, self.pending)
@@ -368,7 +369,7 @@ class RolloutRunner:
         again = bool(record.get("restoring"))
         record["restoring"] = True
         self.journal.save(record)
-        run = open_reconcile(self.new, limit=nodes, transport=self.transport)
+        run = open_reconcile(self.new, all_drivers(), limit=nodes, transport=self.transport)
         run.gather()
         report = restore(run.ctx, image, self.transport, self.options, self.log)
         failpoint("rollback.after-apply")

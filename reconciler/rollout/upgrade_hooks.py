@@ -11,10 +11,10 @@ from reconciler.checks.gpu import judge as gpu_judge
 from reconciler.checks.gpu.dcgm import dcgm_command
 from reconciler.checks.gpu.query import MINORS_COMMAND, parse_minors, parse_query, query_command
 from reconciler.checks.gpu.xid import XidMemory, xid_command
-from reconciler.checks.sections import Section, script, split_sections
 from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import LoadedState
+from reconciler.drivers import all_drivers
 from reconciler.drivers.slurm_reboot import (
     fail_command,
     installed_version_command,
@@ -26,6 +26,7 @@ from reconciler.engine.apply import ApplyOptions
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.run import open_reconcile
 from reconciler.engine.upgrade_steps import ReloadSteps
+from reconciler.facts.sections import Section, script, split_sections
 from reconciler.model import GpuExpectation
 from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.gates import Gates
@@ -103,7 +104,7 @@ class RealHooks:
 
     def converge(self, node: str) -> str | None:
         """Apply NODE's desired state again after its boot (a mount a reboot dropped); None when it worked."""
-        run = open_reconcile(self.loaded, limit=node, transport=self.transport)
+        run = open_reconcile(self.loaded, all_drivers(), limit=node, transport=self.transport)
         run.gather()
         plan = run.plan()
         if not plan.has_changes:
@@ -118,7 +119,7 @@ class RealHooks:
 
     def prepare(self, node: str) -> Prepared:
         """Plan NODE now; its changes that need a reboot or a driver reload, their undo, and their apply."""
-        run = open_reconcile(self.loaded, limit=node, transport=self.transport)
+        run = open_reconcile(self.loaded, all_drivers(), limit=node, transport=self.transport)
         run.gather()
         plan = run.plan()
         needing = [c for c in plan.changing() if c.needs is not None and c.node == node]

@@ -20,8 +20,8 @@ from reconciler.checks.gpu.nvlink import parse_nvlink
 from reconciler.checks.gpu.query import FIELDS, parse_minors, parse_query, query_command
 from reconciler.checks.gpu.xid import XidMemory, acknowledged, judge_events, parse_xids
 from reconciler.checks.node import Probes, judge_gpu_health, judge_node_check, node_result, remembered
-from reconciler.checks.sections import Section, split_sections
 from reconciler.checks.slurm_view import SlurmView
+from reconciler.facts.sections import Section, split_sections
 from reconciler.model import GpuExpectation, IbExpectation, NodeCheck, ServiceManager
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,8 +23,8 @@ from reconciler.checks.node import (
     node_result,
     probe_command,
 )
-from reconciler.checks.sections import Section, split_sections
 from reconciler.checks.slurm_view import SlurmView, parse_view
+from reconciler.facts.sections import Section, split_sections
 from reconciler.model import GpuExpectation, NodeCheck, ServiceManager
 
 HERE = Path(__file__).parent / "probes"

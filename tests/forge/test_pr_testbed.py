@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from reconciler.drivers import all_drivers
 from reconciler.engine.run import open_reconcile
 from reconciler.forge.github import GitHubForge
 from reconciler.forge.pr_plan import report_pull_requests
@@ -55,7 +56,7 @@ def test_pr_touching_slurm_conf_lists_the_restart_and_the_running_job(
         assert _wait(lambda: bed.run("ctl", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING")
 
         # This cycle's facts for main: one SSH round trip per node, reused for every PR.
-        reconcile = open_reconcile(base)
+        reconcile = open_reconcile(base, all_drivers())
         try:
             reconcile.gather()
             facts = reconcile.ctx.facts

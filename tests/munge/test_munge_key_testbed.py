@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.desired.loader import load_dir
+from reconciler.drivers import all_drivers
 from reconciler.drivers.munge_key import KEY_PATH
 from reconciler.engine.run import open_reconcile
 from reconciler.forge.pr_plan import PrPlan, render_pr_comment
@@ -109,7 +110,7 @@ def test_munge_key_rotation(bed: Testbed, tmp_path: Path) -> None:
         ("restart", "slurmctld", "ctl"), ("restart", "slurmd", "gpu01"), ("restart", "slurmd", "gpu02")]
 
     # the PR comment for this change (planned in-process against the live facts)
-    run = open_reconcile(load_dir(desired))
+    run = open_reconcile(load_dir(desired), all_drivers())
     try:
         run.gather()
         live = run.plan()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from reconciler.checks.gpu.query import MINORS_COMMAND, query_command
 from reconciler.checks.gpu.xid import xid_command
-from reconciler.checks.sections import Section, script, split_sections
 from reconciler.drivers.slurm_reboot import failed_reason
+from reconciler.facts.sections import Section, script, split_sections
 from reconciler.rollout.upgrade_hooks import judge_gpu
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.drivers import all_drivers
 from reconciler.engine.plan import Plan
 from tests.testbed_fixture import Testbed
 
@@ -45,9 +46,9 @@ def test_facts_through_two_gateways_equal_direct_facts_and_a_dead_gateway_loses_
     state = gateway_state(bed, tmp_path / "desired")
     loaded = load_dir(state)
 
-    through = open_reconcile(loaded)
+    through = open_reconcile(loaded, all_drivers())
     assert isinstance(through.transport, ClushTransport)
-    direct = open_reconcile(loaded, transport=SSHTransport(loaded.state.ssh, Path(loaded.root)))
+    direct = open_reconcile(loaded, all_drivers(), transport=SSHTransport(loaded.state.ssh, Path(loaded.root)))
     try:
         through.gather()
         direct.gather()
@@ -67,7 +68,7 @@ def test_facts_through_two_gateways_equal_direct_facts_and_a_dead_gateway_loses_
     patches = state / "patches.yaml"
     patches.write_text(patches.read_text().replace("testbed=", "testbed-changed="))
     assert patches_plan(state).unreachable.keys() == {"gpu02", "gpu06", "gpu07", "gpu08"}
-    run = open_reconcile(load_dir(state))
+    run = open_reconcile(load_dir(state), all_drivers())
     try:
         run.gather()
         plan = run.plan()
@@ -90,7 +91,7 @@ def patches_plan(state: Path) -> Plan:
     from reconciler.desired.loader import load_dir
     from reconciler.engine.run import open_reconcile
 
-    run = open_reconcile(load_dir(state))
+    run = open_reconcile(load_dir(state), all_drivers())
     try:
         run.gather()
         return run.plan()
