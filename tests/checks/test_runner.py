@@ -12,8 +12,7 @@ from reconciler.checks import store
 from reconciler.checks.runner import UnknownCheckError, check_run, run_checks
 from reconciler.desired.loader import LoadedState
 from reconciler.model import DesiredState
-
-from .fake_cluster import FakeCluster
+from tests.checks.fake_cluster import FakeCluster
 
 NCCL_REASON = "reconciler: nccl nightly: all_reduce busbw 118.6 < 330 GB/s"
 

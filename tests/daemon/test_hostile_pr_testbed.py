@@ -9,7 +9,7 @@ import pytest
 from tests.daemon.conftest import DaemonBed
 from tests.daemon.harness import git
 from tests.daemon.test_daemon_testbed import add_partition, partitions
-from tests.hostile.cases import load_cases
+from tests.desired.hostile.cases import load_cases
 
 pytestmark = pytest.mark.testbed
 

@@ -68,7 +68,7 @@ def in_sync(dbed: DaemonBed) -> None:
 def start_pair(dbed: DaemonBed, tag: str, first_env: dict[str, str] | None = None,
                **config: Any) -> tuple[DaemonProcess, DaemonProcess]:
     """login1 first (it takes the lease), then login2 (standby), each naming the other as its peer."""
-    from tests.backend.sshd_server import free_port
+    from tests.transport.sshd_server import free_port
 
     ports = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     one = dbed.daemon(env=first_env, metrics_listen=ports[0], **config,
@@ -232,7 +232,7 @@ def test_both_restarted_at_once_one_leader_and_one_comment_per_head(dbed: Daemon
         fake.add_pull(9, sha, head_ref="feature")
         leaders: list[str] = []
         for round_ in range(2):
-            from tests.backend.sshd_server import free_port
+            from tests.transport.sshd_server import free_port
 
             ports = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
             names = ("login1", "login2")
@@ -325,7 +325,7 @@ def test_network_cut_of_the_leader_during_a_rolling_restart(dbed: DaemonBed) -> 
     login = LoginNamespace(dbed, tag, 200)
     daemons: list[DaemonProcess] = []
     try:
-        from tests.backend.sshd_server import free_port
+        from tests.transport.sshd_server import free_port
 
         ports = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
         one = dbed.daemon(metrics_listen=ports[0], ssh={"config": str(login.ssh_config)},

@@ -11,7 +11,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.peers import merge, peer_runs, runs_json
 from reconciler.daemon.status_page import Snapshot, render, role_line
 from reconciler.daemon.store import Store
-from tests.backend.sshd_server import free_port
+from tests.transport.sshd_server import free_port
 
 
 def store_with_runs(path: Path, runs: list[tuple[str, str, str]]) -> Store:

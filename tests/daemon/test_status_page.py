@@ -20,7 +20,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import DRAINED_KEY, BusbwPoint, Snapshot, busbw_svg, load_snapshot, render
 from reconciler.daemon.store import JOURNAL_KEY, Store
 from reconciler.engine.plan import Change
-from tests.backend.sshd_server import free_port
+from tests.transport.sshd_server import free_port
 
 EVIL_NODE = 'gpu<script>alert("x")</script>01'
 TOKEN = "ghp_SecretToken0123456789abcdef"

@@ -1,9 +1,11 @@
 """The status page in a real headless Chromium, served by a daemon running against the testbed.
 
-A daemon in enforce mode configures the cluster and runs the NCCL check (stand-in all_reduce_perf) until the
-degraded gpu02 is drained; a report-mode daemon on the same state then finds a hand edit on gpu01. Chromium
-loads `/` from that daemon: `--dump-dom` for the content, `--screenshot` for a PNG
-(RECONCILER_STATUS_SCREENSHOT=PATH copies it there: docs/status-page.png is made so).
+A daemon in enforce mode configures the cluster, then goes progressive (canary gpu01, then gpu02, gated by a real
+smoke job): a prolog that fails every job is caught on the canary and rolled back, its fix goes out in two gated
+waves. It then runs the NCCL check (stand-in all_reduce_perf) until the degraded gpu02 is drained; a report-mode
+daemon on the same state finds a hand edit on gpu01. Chromium loads `/` from that daemon: `--dump-dom` for the
+content, `--screenshot` for a PNG (RECONCILER_STATUS_SCREENSHOT=PATH copies it there: docs/status-page.png is made
+so).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,23 @@ CHROMIUM = shutil.which("chromium")
 pytestmark = [pytest.mark.timeout(600),
               pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (deploy/testbed/testbed deps)")]
 HAND_EDIT = "# hand edit on gpu01: not in Git\n"
+PROGRESSIVE = """\
+rollout:
+  waves: progressive
+  canary: 1
+  steps: ["100%"]
+  soak: 1s
+  gates: {node_checks: true, smoke_job: true}
+"""
+GOOD_PROLOG = "#!/bin/sh\nexit 0"  # tests/engine/testbed_state.py's
+
+
+def prolog(content: str) -> Callable[[str], str]:
+    """An edit of patches.yaml replacing the prolog patch's content."""
+    def edit(text: str) -> str:
+        head, _, _ = text.partition("    content: |\n")
+        return head + "    content: |\n" + "".join(f"      {line}\n" for line in content.splitlines())
+    return edit
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess[str]:
@@ -58,6 +78,13 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
     report: DaemonProcess | None = None
     try:
         daemon.wait_applied(dbed.remote.head())
+        # A rollout to show: progressive waves, a bad prolog caught on the canary and rolled back, then its fix.
+        daemon.wait_applied(dbed.remote.commit("progressive rollout", {"rollout.yaml": lambda _: PROGRESSIVE}))
+        bad = dbed.remote.commit("prolog: fails every job", {"patches.yaml": prolog("#!/bin/sh\necho no >&2\nexit 1")})
+        daemon.wait_for("the bad prolog rolled back", lambda: (daemon.status().get("rolled_back") or {}).get(bad),
+                        timeout=240)
+        fixed = dbed.remote.commit("prolog: fixed", {"patches.yaml": prolog("#!/bin/sh\necho fixed\nexit 0")})
+        daemon.wait_applied(fixed, timeout=240)
         head = dbed.remote.commit("nccl and daemon checks", {"checks.yaml": lambda _: DAEMON_CHECKS})
         daemon.wait_applied(head)
         daemon.wait_for("gpu02 drained by the nccl check", lambda: "Reason=reconciler: nccl" in reason("gpu02"),
@@ -84,7 +111,9 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
             report.wait_for("gpu02 resumed", lambda: "DRAIN" not in reason("gpu02"), timeout=120)
         if original is not None:
             dbed.bed.exec("gpu01", f"printf '%s' {shlex.quote(original)} > /etc/slurm/gres.conf")
-        dbed.remote.commit("no scheduled checks", {"checks.yaml": lambda _: "checks: {}\n"})
+        dbed.remote.commit("no scheduled checks, one-shot rollout", {
+            "checks.yaml": lambda _: "checks: {}\n", "rollout.yaml": lambda _: "rollout:\n  waves: all\n",
+            "patches.yaml": prolog(GOOD_PROLOG)})
         daemon.stop()
         if report is not None:
             report.stop()
@@ -95,6 +124,12 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
                                                                   "drained", "busbw"]
     assert head in page.attr_values("code", "title")  # the applied commit, in full in its title
     assert "report" in text and "drift" in text
+    # the rollouts: the fix in two gated waves (canary gpu01, then gpu02), the bad prolog rolled back on the canary
+    assert fixed in page.attr_values("code", "title") and bad in page.attr_values("code", "title")
+    assert "rolled-back" in text and "complete" in text
+    assert "smoke-job ok" in text and "smoke-job failed" in text
+    assert "1 canary" in page.texts and "2 step 1" in page.texts, page.texts
+    assert "Rolled back (not applied again)" in text and f"reconciler rollout retry {bad[:12]}" in text
     # the hand edit: drift on gpu01 by the slurm_config driver, its diff removing the line (current -> desired)
     assert "gpu01" in page.attr_values("div", "data-node")
     assert "slurm_config" in text and "-" + HAND_EDIT.strip() in text

@@ -21,9 +21,9 @@ from reconciler.daemon import upgrade_view
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import load_snapshot, render
 from reconciler.daemon.store import JOURNAL_KEY, Store
-from tests.backend.sshd_server import free_port
 from tests.daemon.test_monitoring import ALERTS, PROMTOOL, needs_promtool
 from tests.daemon.test_status_page import ALLOWED_TAGS, parse
+from tests.transport.sshd_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 COMMIT = "c0ffee" * 6 + "abcd"

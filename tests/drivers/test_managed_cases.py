@@ -21,8 +21,7 @@ from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_text
 from reconciler.facts.models import ClusterFacts, FileFact, JobFact, NodeFacts, ServiceFact
-
-from .base_state import write_state
+from tests.drivers.base_state import write_state
 
 CASES = YAML(typ="safe").load((Path(__file__).parent / "cases.yaml").read_text())
 DRIVERS = [ManagedFilesDriver(), ServicesDriver()]

@@ -16,9 +16,8 @@ from reconciler.facts.models import FileFact, ServiceFact
 from reconciler.facts.services import ENABLED
 from reconciler.model import ManagedFile
 from reconciler.transport.base import CommandResult
-from tests.operations.test_operations import EXAMPLE, converged_facts
-
-from .base_state import write_state
+from tests.drivers.base_state import write_state
+from tests.drivers.operations.test_operations import EXAMPLE, converged_facts
 
 
 def _example(tmp_path: Path, extra: str) -> Context:

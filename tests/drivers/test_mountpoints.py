@@ -16,7 +16,7 @@ from reconciler.drivers.mounts import FSTAB, MountsDriver
 from reconciler.engine.context import Context
 from reconciler.engine.ops import RunCommand
 from reconciler.facts.models import FileFact, MountFact
-from tests.operations.test_operations import converged_facts
+from tests.drivers.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[2]
 

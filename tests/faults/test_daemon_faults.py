@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from tests.backend.sshd_server import free_port
 from tests.daemon.harness import DaemonProcess, git, write_config
 from tests.faults.bed import COMPUTES, FaultBed, payload_yaml, wait_until
 from tests.faults.record import FaultTally
+from tests.transport.sshd_server import free_port
 
 pytestmark = pytest.mark.testbed
 

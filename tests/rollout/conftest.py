@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from tests.backend.sshd_server import free_port
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.engine.conftest import Bed
 from tests.engine.testbed_state import write_state
 from tests.testbed_fixture import Testbed
+from tests.transport.sshd_server import free_port
 
 COMPUTES = [f"gpu{i:02d}" for i in range(1, 17)]
 ROLLOUT = """\

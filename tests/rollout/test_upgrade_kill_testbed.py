@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from reconciler.common.versions import deb_compare
-from tests.backend.sshd_server import free_port
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.rollout.conftest import journal
 from tests.rollout.upgrade_bed import DRIVER, FM, cli, pair
 from tests.testbed_fixture import Testbed
+from tests.transport.sshd_server import free_port
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]
 NODES = ["gpu01", "gpu02", "gpu03"]

@@ -1,1 +1,0 @@
-"""Tests of the foundation: schema, loader, hostlists, renderers, CLI (issue 2)."""
