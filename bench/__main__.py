@@ -12,7 +12,7 @@ Sections (`--sections`, default all):
   nccl    GPU-seconds to an NCCL verdict, full sweep vs the check's default sizes (recorded runs)
   daemon  commit-to-applied latency of the daemon, poll (Git) and watch (local dir) modes, on N nodes
   hostile costly and hostile desired-state files at the loader's size limit: seconds and peak memory to read
-          or refuse each (tests/hostile/worst_cases.py)
+          or refuse each (tests/desired/hostile/worst_cases.py)
   rollout progressive rollouts with `reconciler run` on real Slurm (--rollout-nodes, default 16,64): a bad
           commit's prolog rolled back (push -> gate failed -> every node back), and a good commit one-shot
           vs in gated waves (what the gates add per wave)

@@ -1,6 +1,6 @@
 """Hostile input at the size limit (issue 22): seconds and peak memory to read or refuse each costly shape.
 
-Each shape of tests/hostile/worst_cases.py is cut to the loader's file limit and loaded in a fresh interpreter
+Each shape of tests/desired/hostile/worst_cases.py is cut to the loader's file limit and loaded in a fresh interpreter
 (`load_dir` time, and the process's VmHWM: the interpreter and reconciler's imports included).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from bench.common import log
 from bench.report import Table
-from tests.hostile.worst_cases import SHAPES, measure, worst_case
+from tests.desired.hostile.worst_cases import SHAPES, measure, worst_case
 
 TARGET_S = 1.0
 TARGET_MB = 200.0
