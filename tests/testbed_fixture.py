@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import shlex
@@ -31,6 +32,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -53,11 +55,21 @@ DEB_CACHE = Path(os.environ.get("RECONCILER_TESTBED_DEB_CACHE", "/var/cache/reco
 SLURM_RELEASES = ("22.05", "24.11")
 
 
+def _slurm_root() -> ModuleType:
+    """deploy/testbed/slurm_root.py (not a package: loaded by path), the one reader of installed Slurm releases."""
+    module = sys.modules.get("slurm_root")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("slurm_root", REPO / "deploy" / "testbed" / "slurm_root.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["slurm_root"] = module
+    return module
+
+
 def host_release() -> str:
     """The host's Slurm release ('22.05' on Debian 12, '24.11' on Debian 13; '' without slurmctld)."""
-    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "slurmctld"], capture_output=True, text=True)
-    parts = proc.stdout.split(":")[-1].split(".")
-    return f"{parts[0]}.{parts[1]}" if proc.returncode == 0 and len(parts) > 1 else ""
+    return str(_slurm_root().host_release())
 
 
 def unavailable() -> str | None:

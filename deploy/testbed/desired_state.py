@@ -24,7 +24,7 @@ LIGHT_FILE = "/etc/reconciler-testbed/light.conf"  # the light desired state's m
 RXDM_DEBIAN = 'if (grep -q "ID=debian" /etc/os-release && lsb_release -rs | grep -q "12"); then'
 RXDM_UBUNTU = 'if (grep -q "ID=ubuntu" /etc/os-release && lsb_release -rs | grep -q "22.04"); then'
 
-# The rxdm hook of Cluster Toolkit images, as the testbed seeds it on compute nodes (see testbed.py):
+# The rxdm hook of Cluster Toolkit images, as the testbed seeds it on compute nodes (see tb_prepare.py):
 # the desired state's rxdm patch edits its OS test, as on a real A3-Mega cluster.
 RXDM_SCRIPT = f"""#!/bin/bash
 # Testbed copy of the Cluster Toolkit rxdm prolog hook: only its OS test matters (patched by the reconciler).
@@ -34,7 +34,7 @@ fi
 exit 0
 """
 
-# slurm.conf parameters of the running testbed (testbed.slurm_conf writes them from here too).
+# slurm.conf parameters of the running testbed (tb_services.slurm_conf writes them from here too).
 SLURM_CONF: dict[str, str | int] = {  # in the order reconciler's renderer writes them
     "SlurmctldPort": 6817,
     "SlurmdPort": 6818,
@@ -84,7 +84,7 @@ def slurm_conf_params(accounting: bool = False) -> dict[str, str | int]:
 
 
 class LayoutLike(Protocol):
-    """What the generator needs from testbed.Layout."""
+    """What the generator needs from tb_layout.Layout."""
 
     name: str
     subnet: str

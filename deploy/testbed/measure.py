@@ -27,7 +27,8 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import desired_state  # noqa: E402  (sibling modules, path set above)
-import testbed  # noqa: E402
+from tb_layout import Layout  # noqa: E402
+from tb_teardown import testbed_pids  # noqa: E402
 
 NAME = "measure"
 SUBNET = "10.250.208"  # a multiple of 16: wide (/20) testbeds beyond 200 compute nodes need one
@@ -52,7 +53,7 @@ def mem_available_mib() -> float:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
-def plan(layout: testbed.Layout) -> dict[str, float]:
+def plan(layout: Layout) -> dict[str, float]:
     """Time `reconciler plan` over SSH from the host to every node; fail unless every node was reached."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     start = time.monotonic()
@@ -81,9 +82,9 @@ def one_run(nodes: int, light: bool, with_plan: bool) -> dict[str, float]:
     up = time.monotonic() - start
     time.sleep(2)  # let daemons settle
     after = mem_available_mib()
-    layout = testbed.Layout.load(NAME)
+    layout = Layout.load(NAME)
     assert layout is not None
-    sizes = [s for s in (rollup_kib(p) for p in testbed.testbed_pids(layout)) if s is not None]
+    sizes = [s for s in (rollup_kib(p) for p in testbed_pids(layout)) if s is not None]
     result = {"up": up, "procs": len(sizes), "pss": sum(s[0] for s in sizes) / 1024,
               "rss": sum(s[1] for s in sizes) / 1024, "used": before - after}
     if with_plan:

@@ -1,6 +1,6 @@
 """Bootstrap of one testbed node: new namespaces, private mounts, pivot_root, then supervisord as PID 1.
 
-Run by ``testbed.py`` on the host, already inside the node's network namespace (``nsenter --net``):
+Run by ``tb_nodes.start_node`` on the host, already inside the node's network namespace (``nsenter --net``):
 
     python3 node_init.py '<json spec>'
 
@@ -127,7 +127,7 @@ def setup_run(root: str, peers: list[str], state: str, munge_uid: int, munge_gid
     for peer in peers:
         os.mkdir(f"{roots}/{peer}", 0o755)
         mount(f"{state}/nodes/{peer}/root", f"{roots}/{peer}", None, MS_BIND)
-    if os.path.isdir(f"{state}/lustre"):  # the mount.lustre stand-in's file systems (see testbed.mount_lustre)
+    if os.path.isdir(f"{state}/lustre"):  # the mount.lustre stand-in's file systems (see tb_mounts.mount_lustre)
         os.makedirs(f"{root}/run/reconciler-testbed/lustre", 0o755)
         mount(f"{state}/lustre", f"{root}/run/reconciler-testbed/lustre", None, MS_BIND | MS_REC)
 

@@ -6,7 +6,7 @@ installing one small file) are indexed (dpkg-scanpackages, createrepo_c), put in
 by a ``python3 -m http.server`` supervisord program on ctl. Every node's only apt source is that repository
 (signed per testbed with a throwaway gpg key); dnf (Debian's) gets a repo file and a dnf.conf that work on a
 Debian node. ``<state>/packages/manifest.json`` lists every version, real and stand-in, deb and rpm.
-Standard library only, like testbed.py.
+Standard library only, like the rest of deploy/testbed.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and reboots the node under the testbed's lock:
   slurmd's boot time say the node just booted) and with a new STAND-IN boot id. The keeper waits, bounded, until
   sshd, munged and slurmd listen again; slurmd then registers with slurmctld itself.
 
-Standard library only, like testbed.py.
+Standard library only, like the rest of deploy/testbed.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from testbed import Layout
+if __name__ == "__main__":  # the keeper: `python3 -I reboot.py keep NAME` puts no script directory on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tb_layout import BASE, Layout, locked  # noqa: E402  (sibling modules)
+from tb_nodes import NODE_PYTHON, PATH, node_alive, node_dead, node_ready, pid_alive, start_node  # noqa: E402
 
 BOOT_NOT_BEFORE = 2  # whole seconds after the reboot request (reboot_node says why)
 REBOOT_PROGRAM = "/usr/lib/reconciler-testbed/reboot"  # in every compute node (slurm.conf RebootProgram)
@@ -83,9 +86,7 @@ def _pid_ns(pid: int) -> int | None:
 
 def _members(ns: int) -> list[int]:
     """Live processes in the PID namespace with inode NS."""
-    import testbed
-
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _pid_ns(int(e)) == ns and testbed._alive(int(e))]
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _pid_ns(int(e)) == ns and pid_alive(int(e))]
 
 
 def _wait(done: object, timeout: float) -> bool:
@@ -100,15 +101,13 @@ def _wait(done: object, timeout: float) -> bool:
 
 def shutdown(layout: Layout, node: str) -> None:
     """End every process of NODE: SIGTERM to its PID 1, SIGKILL after SHUTDOWN_TIMEOUT; RebootError if any stays."""
-    import testbed
-
     pid = layout.pids[node]
-    if not testbed.node_alive(layout, node):
+    if not node_alive(layout, node):
         return
     ns = _pid_ns(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if not _wait(lambda: not testbed._alive(pid), SHUTDOWN_TIMEOUT):
+    if not _wait(lambda: not pid_alive(pid), SHUTDOWN_TIMEOUT):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     if ns is not None and not _wait(lambda: not _members(ns), GONE_TIMEOUT):
@@ -117,9 +116,7 @@ def shutdown(layout: Layout, node: str) -> None:
 
 def boot(layout: Layout, node: str) -> None:
     """Start NODE again (node_init.py), record its new PID 1 and wait until its daemons listen."""
-    import testbed
-
-    proc = testbed.start_node(layout, node)
+    proc = start_node(layout, node)
     try:
         out, err = proc.communicate(timeout=BOOT_TIMEOUT)
     except Exception:
@@ -129,19 +126,17 @@ def boot(layout: Layout, node: str) -> None:
         raise RebootError(f"{node} failed to boot: {err.strip()}")
     layout.pids[node] = int(out.strip())
     layout.save()
-    if not _wait(lambda: testbed.node_ready(layout, node) or testbed.node_dead(layout, node), BOOT_TIMEOUT):
+    if not _wait(lambda: node_ready(layout, node) or node_dead(layout, node), BOOT_TIMEOUT):
         raise RebootError(f"{node}: daemons not listening {BOOT_TIMEOUT:.0f}s after boot; see "
                           f"{layout.node_dir(node) / 'console.log'}")
-    if not testbed.node_ready(layout, node):
+    if not node_ready(layout, node):
         raise RebootError(f"{node} died while booting; see {layout.node_dir(node) / 'console.log'}")
 
 
 def reboot_node(name: str, node: str) -> tuple[str, float]:
     """Reboot NODE of testbed NAME under the testbed's lock; return its new boot id and the seconds it took."""
-    import testbed
-
-    with testbed.locked(name):
-        layout = testbed.Layout.load(name)
+    with locked(name):
+        layout = Layout.load(name)
         if layout is None or node not in layout.nodes:
             raise RebootError(f"no node {node} in testbed {name}")
         if layout.light or node == "ctl":
@@ -165,10 +160,8 @@ def _log(layout_state: Path, message: str) -> None:
 
 def keep(name: str) -> int:
     """The keeper: reboot each compute node that asks (REQUEST), until the testbed is gone."""
-    import testbed
-
     while True:
-        layout = testbed.Layout.load(name)
+        layout = Layout.load(name)
         if layout is None:
             return 0
         for node in layout.compute_nodes:
@@ -189,16 +182,13 @@ def keep(name: str) -> int:
 
 def start_keeper(layout: Layout) -> int:
     """Start the keeper of LAYOUT's testbed, detached, carrying the testbed's marker (`down` kills it)."""
-    import subprocess
-
-    import testbed
 
     log = open(layout.state / KEEPER_LOG, "a", encoding="utf-8")  # noqa: SIM115 - handed to the child
     with log:
-        proc = subprocess.Popen([testbed.NODE_PYTHON, "-I", str(Path(__file__).resolve()), "keep", layout.name],
+        proc = subprocess.Popen([NODE_PYTHON, "-I", str(Path(__file__).resolve()), "keep", layout.name],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                env={"PATH": testbed.PATH, "RECONCILER_TESTBED": f"{layout.name}/keeper",
-                                     "RECONCILER_TESTBED_BASE": str(testbed.BASE)})
+                                env={"PATH": PATH, "RECONCILER_TESTBED": f"{layout.name}/keeper",
+                                     "RECONCILER_TESTBED_BASE": str(BASE)})
     return proc.pid
 
 
@@ -207,7 +197,6 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "keep":
         print("usage: reboot.py keep NAME", file=sys.stderr)
         return 2
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     return keep(argv[1])
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 RELEASES = {"22.05": "bookworm", "24.11": "trixie"}  # Slurm release -> the Debian suite that ships it
 ROOTS = Path(os.environ.get("RECONCILER_TESTBED_ROOTS", "/var/cache/reconciler-testbed/roots"))
 MIRROR = os.environ.get("RECONCILER_TESTBED_MIRROR", "http://deb.debian.org/debian")
-# What a node runs or a test calls inside a node (the host's list is testbed.DEBIAN_PACKAGES): sshd, munge, the
+# What a node runs or a test calls inside a node (the host's list is testbed.py's DEBIAN_PACKAGES): sshd, munge, the
 # Slurm daemons and clients, supervisord, the NFS server's exportfs, slurmdbd and MariaDB for --accounting,
 # libslurm-dev for the headers the Pyxis stand-in is compiled against (its spank.h must be this release's).
 ROOT_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slurmd", "slurm-client", "supervisor",

@@ -77,15 +77,9 @@ def test_degraded_mode_fails_the_threshold() -> None:
 def test_the_testbed_installs_it_in_every_node(tmp_path: Path) -> None:
     sys.path.insert(0, str(REPO / "deploy" / "testbed"))
     try:
-        loader = importlib.machinery.SourceFileLoader("testbed_module", str(REPO / "deploy" / "testbed" / "testbed.py"))
-        spec = importlib.util.spec_from_loader(loader.name, loader)
-        assert spec is not None
-        testbed = importlib.util.module_from_spec(spec)
-        sys.modules[loader.name] = testbed  # dataclasses look their module up there
-        loader.exec_module(testbed)
+        tb_prepare = importlib.import_module("tb_prepare")  # deploy/testbed is not a package
     finally:
         sys.path.remove(str(REPO / "deploy" / "testbed"))
-        sys.modules.pop("testbed_module", None)
-    testbed.install_standins(tmp_path)
+    tb_prepare.install_standins(tmp_path)
     installed = tmp_path / "usr" / "local" / "bin" / "all_reduce_perf"
     assert installed.read_bytes() == STANDIN.read_bytes() and os.access(installed, os.X_OK)

@@ -23,7 +23,8 @@ TESTBED_DIR = REPO / "deploy" / "testbed"
 sys.path.insert(0, str(TESTBED_DIR))
 
 import desired_state  # noqa: E402  (deploy/testbed, path set above)
-import testbed as tb  # noqa: E402
+import tb_base  # noqa: E402
+import tb_layout  # noqa: E402
 
 SCALE = os.environ.get("RECONCILER_SCALE_TESTS") == "1"
 
@@ -32,16 +33,16 @@ SCALE = os.environ.get("RECONCILER_SCALE_TESTS") == "1"
 
 
 def test_small_testbeds_keep_their_names_and_addresses() -> None:
-    layout = tb.Layout(name="x", computes=4, subnet="10.250.0")
+    layout = tb_layout.Layout(name="x", computes=4, subnet="10.250.0")
     assert layout.compute_nodes == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert [layout.ip(n) for n in layout.nodes] == ["10.250.0.1", *(f"10.250.0.{10 + i}" for i in range(1, 5))]
     assert (layout.bridge_ip, layout.prefixlen, layout.cidr) == ("10.250.0.254", 24, "10.250.0.0/24")
-    assert tb.Layout(name="x", computes=200, subnet="10.250.0").ip("gpu200") == "10.250.0.210"
+    assert tb_layout.Layout(name="x", computes=200, subnet="10.250.0").ip("gpu200") == "10.250.0.210"
 
 
 def test_wide_testbeds_take_a_slash_20_and_longer_names() -> None:
-    layout = tb.Layout(name="x", computes=1000, subnet="10.250.16", light=True)
-    tb.validate_layout(layout)
+    layout = tb_layout.Layout(name="x", computes=1000, subnet="10.250.16", light=True)
+    tb_layout.validate_layout(layout)
     assert layout.compute_nodes[:2] == ["gpu0001", "gpu0002"] and layout.compute_nodes[-1] == "gpu1000"
     assert layout.prefixlen == 20 and layout.cidr == "10.250.16.0/20"
     assert [layout.ip(n) for n in ("ctl", "gpu0001", "gpu0245", "gpu0246", "gpu1000")] == [
@@ -60,13 +61,13 @@ def test_wide_testbeds_take_a_slash_20_and_longer_names() -> None:
     (4001, "10.250.16", True, "between 1 and 4000"),
 ])
 def test_bad_sizes_and_subnets_are_refused(computes: int, subnet: str, light: bool, message: str) -> None:
-    with pytest.raises(tb.TestbedError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        tb.validate_layout(tb.Layout(name="x", computes=computes, subnet=subnet, light=light))
+    with pytest.raises(tb_base.TestbedError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        tb_layout.validate_layout(tb_layout.Layout(name="x", computes=computes, subnet=subnet, light=light))
 
 
 def test_light_desired_state_validates(tmp_path: Path) -> None:
     loader = pytest.importorskip("reconciler.desired.loader")
-    layout = tb.Layout(name="tblight", computes=256, subnet="10.250.16", light=True)
+    layout = tb_layout.Layout(name="tblight", computes=256, subnet="10.250.16", light=True)
     out = tmp_path / "desired-state"
     data = desired_state.spec(layout, cpus=16, memory_mb=64000, gpus=8)
     for name, text in desired_state.render(data).items():
