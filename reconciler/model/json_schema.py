@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.model import DesiredState
+from reconciler.model.state import DesiredState
 
 
 def desired_state_json_schema() -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Desired-state schema of `kernel:`: kernel modules (loaded or blacklisted, with options) and sysctls.
 
-Imported by reconciler/model/__init__.py for DesiredState.kernel; the models here build on model.py's Strict and
+Imported by reconciler/model/state.py for DesiredState.kernel; the models here build on base.py's Strict and
 NodeSelection. Names, keys and values are checked here, at load, so nothing the YAML says can end a line of a
 modprobe.d or sysctl.d file, start a comment there, or reach a path outside /sys/module and /proc/sys.
 """
@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from reconciler import model as _model
 from reconciler.common import hostlist
-from reconciler.model import NodeSelection, Strict, values
+from reconciler.model import values
+from reconciler.model.base import NodeSelection, Strict
 
 MODULES_DIR = "/etc/modprobe.d"
 SYSCTL_FILE = "/etc/sysctl.d/90-reconciler.conf"
@@ -180,7 +180,3 @@ def kernel_problems(kernel: Kernel, roles: dict[str, set[str]], files: list[str]
         if path in ours:
             yield ("files", index, "path"), f"{path} is managed by {ours[path]}: not a place for files:"
 
-
-setattr(_model, "Kernel", Kernel)  # noqa: B010  # DesiredState.kernel's type (see model.py)
-if hasattr(_model, "DesiredState"):  # this module was imported first: DesiredState waited for Kernel
-    _model.DesiredState.model_rebuild()

@@ -1,8 +1,7 @@
 """Desired-state schema of `rollout.slurm_upgrade:`: what runs before slurmdbd moves to another Slurm release.
 
-Imported by the model package for `Rollout.slurm_upgrade`; standard pydantic only (the package imports this module
-while it is still being defined). The rules are reconciler/desired/upgrade_rules.py; the plan's order
-drivers/slurm_upgrade.py.
+Imported by reconciler/model/rollout.py for `Rollout.slurm_upgrade`; standard pydantic only. The rules are
+reconciler/desired/upgrade_rules.py; the plan's order drivers/slurm_upgrade.py.
 """
 
 from __future__ import annotations

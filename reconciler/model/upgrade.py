@@ -1,8 +1,7 @@
 """Desired-state schema of `rollout.upgrade:`: changes that need a reboot or a driver reload go node by node.
 
-Imported by the model package for `Rollout.upgrade`; standard pydantic only (the package imports this module while
-it is still being defined). The orchestration is reconciler/rollout/upgrade.py; the Slurm side
-drivers/slurm_reboot.py.
+Imported by reconciler/model/rollout.py for `Rollout.upgrade`; standard pydantic only. The orchestration is
+reconciler/rollout/upgrade.py; the Slurm side drivers/slurm_reboot.py.
 """
 
 from __future__ import annotations
