@@ -6,7 +6,7 @@ ACCOUNTING_SLURM_CONF): a second partition, a prolog (a managed file) and the rx
 export from ctl mounted as /shared, an enroot image, and node checks. A light testbed (sshd only, no Slurm
 daemons) gets LIGHT_FILES: the same Slurm files (written, never served: no daemon reads them) and one managed
 file on every node, nothing that needs munge, NFS or enroot. Standard library only (the YAML is written from
-templates); `reconciler validate DIR` checks it against reconciler/model/__init__.py.
+templates); `reconciler validate DIR` checks it against the schema (reconciler/model/).
 """
 
 from __future__ import annotations
