@@ -1,4 +1,4 @@
-"""Print the PR comment of a one-line slurm.conf change on a 1,024-node cluster (the README's folded example).
+"""Print the PR comment of a one-line slurm.conf change on a 1,024-node cluster (docs/daemon.md's folded example).
 
 `python -m bench.fold_example [--nodes N] [--format pr|text]`. Pure CPU, no SSH: the scale benchmark's
 desired state (bench/scale.py) as "main", facts synthesised from it as a converged cluster would report them,
@@ -22,7 +22,8 @@ from reconciler.engine.context import Context
 from reconciler.engine.report import render_text
 from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import JobFact
-from reconciler.forge.pr_plan import PrPlan, plan_main, plan_pull_request, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan, plan_main, plan_pull_request
 
 MAIN_SHA = "5d0c7a81e2f4b6c8d0e2f4a6b8c0d2e4f6a8b0c2"
 PR_SHA = "9e41b27c5a3f1d0e8c6b4a29f7e5d3c1b9a7f5e3"

@@ -1,6 +1,6 @@
 """slurm.conf changes that end running jobs whatever the plan does: said in the plan, never silent.
 
-Observed on real daemons (tests/params/test_observed_consequences_testbed.py, README "Observed on the testbed"):
+Observed on real daemons (tests/params/test_observed_consequences_testbed.py, docs/slurm-parameters.md):
 changing a node's CPUs kills a job running on that node however the change is applied, at the controller's step
 (the slurmctld restart on 22.05, `scontrol reconfigure` on 24.11). That step runs before the node's drained slurmd
 restart, so draining cannot save the job: the plan names the node and its jobs instead.

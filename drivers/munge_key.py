@@ -4,7 +4,7 @@ file of the repository is age-encrypted and decrypted on the login node), on eve
 The key is compared by sha256 only (a hash-only file fact: the node's key never travels back), shown as a
 fingerprint (`munge key sha256:<16 hex>`), and written with the remote writer (temp + fsync + rename, 0400
 munge:munge, no backup of the old key). A rotation restarts munge on every node whose key changed, then
-slurmctld, then slurmd rolling with drain-first (README: "Rotating the munge key").
+slurmctld, then slurmd rolling with drain-first (docs/yaml-reference.md, "The munge key").
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class PeerConfig(Strict):
 
 
 class HAConfig(Strict):
-    """Two login nodes, one acting daemon: a lease on the Slurm controller (README "Two login nodes")."""
+    """Two login nodes, one acting daemon: a lease on the Slurm controller (docs/two-login-nodes.md)."""
 
     name: str | None = Field(default=None, description="This daemon's name in the pair (default: the short host "
                              "name); it must differ from the peer's")

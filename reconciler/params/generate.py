@@ -77,7 +77,7 @@ CURATED_NODE_RESTART_KEYS = ("CPUs", "Boards", "Sockets", "SocketsPerBoard", "Co
 CURATED_SLURMD_FILES = ("cgroup.conf",)
 
 # Measured on real daemons of 22.05 and 24.11 by tests/params/test_observed_consequences_testbed.py (the table in
-# README.md, "Observed on the testbed"). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
+# docs/slurm-parameters.md). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
 # (SchedMD changed reconfigure in 23.11): the notes say which families are observed and which inferred.
 OBSERVED_IN = "tests/params/test_observed_consequences_testbed.py"
 # Global keys: family -> (kind, why). SlurmdPort: slurmctld needs no restart (it only dials the new port once its

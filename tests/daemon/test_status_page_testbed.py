@@ -38,7 +38,13 @@ rollout:
   soak: 1s
   gates: {node_checks: true, smoke_job: true}
 """
-GOOD_PROLOG = "#!/bin/sh\nexit 0"  # tests/engine/testbed_state.py's
+
+
+def with_prolog(text: str) -> str:
+    """An edit of cluster.yaml: slurm.conf names the prolog the patch keeps (the daemon bed's does not)."""
+    anchor = "    SlurmdParameters: config_overrides\n"
+    assert anchor in text, text
+    return text.replace(anchor, anchor + "    Prolog: /etc/slurm/prolog.sh\n")
 
 
 def prolog(content: str) -> Callable[[str], str]:
@@ -73,13 +79,15 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
         return dbed.bed.exec("ctl", f"scontrol show node {node} -o").stdout
 
     original: str | None = None
+    kept = {name: (dbed.remote.work / name).read_text() for name in ("cluster.yaml", "rollout.yaml", "patches.yaml")}
     dbed.bed.exec("gpu02", "mkdir -p /etc/reconciler-standin && touch /etc/reconciler-standin/degraded")
     daemon = dbed.daemon()
     report: DaemonProcess | None = None
     try:
         daemon.wait_applied(dbed.remote.head())
         # A rollout to show: progressive waves, a bad prolog caught on the canary and rolled back, then its fix.
-        daemon.wait_applied(dbed.remote.commit("progressive rollout", {"rollout.yaml": lambda _: PROGRESSIVE}))
+        daemon.wait_applied(dbed.remote.commit("progressive rollout, Slurm runs the prolog", {
+            "rollout.yaml": lambda _: PROGRESSIVE, "cluster.yaml": with_prolog}))
         bad = dbed.remote.commit("prolog: fails every job", {"patches.yaml": prolog("#!/bin/sh\necho no >&2\nexit 1")})
         daemon.wait_for("the bad prolog rolled back", lambda: (daemon.status().get("rolled_back") or {}).get(bad),
                         timeout=240)
@@ -100,7 +108,7 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
         dom = chromium("--dump-dom", page_url(report))
         assert dom.returncode == 0 and "<html" in dom.stdout, dom.stderr[-2000:]
         shot = tmp_path / "status-page.png"
-        taken = chromium(f"--screenshot={shot}", "--window-size=1200,1500", page_url(report))
+        taken = chromium(f"--screenshot={shot}", "--window-size=1200,2300", page_url(report))
         assert taken.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", taken.stderr[-2000:]
         assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
         if os.environ.get("RECONCILER_STATUS_SCREENSHOT"):
@@ -111,12 +119,15 @@ def test_status_page_in_headless_chromium(dbed: DaemonBed, tmp_path: Path) -> No
             report.wait_for("gpu02 resumed", lambda: "DRAIN" not in reason("gpu02"), timeout=120)
         if original is not None:
             dbed.bed.exec("gpu01", f"printf '%s' {shlex.quote(original)} > /etc/slurm/gres.conf")
-        dbed.remote.commit("no scheduled checks, one-shot rollout", {
-            "checks.yaml": lambda _: "checks: {}\n", "rollout.yaml": lambda _: "rollout:\n  waves: all\n",
-            "patches.yaml": prolog(GOOD_PROLOG)})
+        back = dbed.remote.commit("no scheduled checks; the package's desired state again", {
+            "checks.yaml": lambda _: "checks: {}\n", **{name: (lambda _, t=text: t) for name, text in kept.items()}})
         daemon.stop()
         if report is not None:
             report.stop()
+        # the bed is the package's: put its slurm.conf and prolog back as the other tests expect them
+        restore = dbed.daemon()
+        restore.wait_applied(back, timeout=240)
+        restore.stop()
 
     page = parse(dom.stdout)
     text = page.all_text()

@@ -22,7 +22,8 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_markdown, render_text
 from reconciler.engine.synthetic_facts import converged_facts, file_fact
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 
 NODES = 10_000
 CONF = "/etc/slurm/slurm.conf"
@@ -210,9 +211,10 @@ def test_cli_node_takes_one_node_name(tmp_path: Path) -> None:
 
 
 def test_readme_example_is_the_output_of_the_generator() -> None:
+    """docs/daemon.md's folded PR comment (linked from the README) is what bench.fold_example prints."""
     from bench.fold_example import example
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("### A folded PR comment", 1)[1].split("````markdown\n", 1)[1].split("````", 1)[0]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "daemon.md").read_text()
+    block = page.split("## A folded PR comment", 1)[1].split("````markdown\n", 1)[1].split("````", 1)[0]
     assert block == example(1024, "pr")
     assert "**`gpu[00001-00016,00018-00511,00513-01024],login01`** (1,023 nodes)" in block

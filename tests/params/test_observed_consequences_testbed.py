@@ -3,7 +3,7 @@ what the project claims (drivers/slurm_consequences.py, the parameter tables, th
 
 The comparison rule is consequence_probe's docstring (and the table's legend): a claim must be sufficient and
 job-safe, and no cheaper route may be. Writes the table as markdown to the test's tmp dir and, with
-RECONCILER_WRITE_OBSERVED=PATH, to PATH (README's "Observed on the testbed" table comes from there); fails naming
+RECONCILER_WRITE_OBSERVED=PATH, to PATH (docs/slurm-parameters.md's "Observed on the testbed" table comes from there); fails naming
 every disagreement.
 """
 

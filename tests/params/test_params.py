@@ -137,7 +137,7 @@ def _before_23_11(family: str) -> bool:
     return tuple(map(int, family.split("."))) < (23, 11)
 
 
-# Corrections from the table measured on real 22.05 and 24.11 daemons (README "Observed on the testbed"): families
+# Corrections from the table measured on real 22.05 and 24.11 daemons (docs/slurm-parameters.md): families
 # before 23.11 follow 22.05, later ones 24.11; the note names the test and says observed or inferred.
 @pytest.mark.parametrize(("file", "key", "family", "scope", "kind"), [
     ("slurm.conf", "SlurmdPort", "22.05", "global", "restart_slurmd"),  # was restart_all (man: restart slurmctld)

@@ -27,7 +27,8 @@ from reconciler.engine.remote_write import WRITE_COMMAND, write_request
 from reconciler.engine.report import render_json, render_markdown, render_text
 from reconciler.facts.gather import GATHER_COMMAND, FactRequest
 from reconciler.facts.models import FileFact, JobFact
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 from reconciler.model import Munge
 from tests.drivers.operations.test_operations import converged_facts
 

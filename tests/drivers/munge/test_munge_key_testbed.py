@@ -19,7 +19,8 @@ from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.munge_key import KEY_PATH
 from reconciler.engine.run import open_reconcile
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -177,7 +178,7 @@ def test_munge_key_rotation(bed: Testbed, tmp_path: Path) -> None:
     assert "gpu02" in broken.stdout and "restart munge" in broken.stdout
     steps = [line.strip() for line in broken.stdout.splitlines()]
     assert "gpu02: restart slurmd" not in steps and "gpu01: restart slurmd" in steps, broken.stdout
-    # not run, and not forgotten either: owed on the node for the next apply (README "Owed follow-ups")
+    # not run, and not forgotten either: owed on the node for the next apply (docs/consequences.md, "Owed follow-ups")
     assert any(s.startswith("gpu02: restart slurmd is owed") for s in steps), broken.stdout
     assert bed.host_pids("gpu02", "slurmd") == slurmd_before["gpu02"]
     assert bed.host_pids("gpu01", "slurmd") != slurmd_before["gpu01"]
