@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import log
-from bench.report import Table
+from bench.tables import Table
 from tests.desired.hostile.worst_cases import SHAPES, measure, worst_case
 
 TARGET_S = 1.0

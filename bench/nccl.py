@@ -22,8 +22,9 @@ from typing import Any
 
 from bench.common import REPO, median
 from reconciler.checks.nccl.models import NcclRow, NcclTest
-from reconciler.checks.nccl.parser import parse_output, parse_text
+from reconciler.checks.nccl.parser import parse_output
 from reconciler.checks.nccl.run import parse_batch
+from reconciler.checks.nccl.text_output import parse_text
 from reconciler.checks.nccl.verdict import Thresholds, evaluate, representative_busbw, row_busbw
 from reconciler.model import NcclCheck
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.tables import Table
 
 TARGET_PEER_N = (16, 64)  # issue 15: noop within 1.5x of the paramiko floor, >= 15x Ansible (best), < pyinfra
 TARGET_FLOOR_RATIO = 1.5
@@ -15,36 +16,6 @@ TARGET_DRIFT_RATIO = 3.0
 TARGET_SCALE_NODES = 10_000
 TARGET_SCALE_S = 2.0
 TARGET_FOLD_SHARE = 0.10
-
-
-@dataclass
-class Table:
-    """A titled table with notes under it."""
-
-    key: str
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
-
-    def text(self) -> str:
-        """Aligned plain text for the terminal."""
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) if self.rows else len(c)
-                  for i, c in enumerate(self.columns)]
-        line = "  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True))
-        out = [self.title, "=" * len(self.title), line, "  ".join("-" * w for w in widths)]
-        out += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in self.rows]
-        out += [f"  {note}" for note in self.notes]
-        return "\n".join(out) + "\n"
-
-    def markdown(self) -> str:
-        """A markdown section: heading, table, notes."""
-        out = [f"### {self.title}", "", "| " + " | ".join(self.columns) + " |",
-               "|" + "|".join("---" for _ in self.columns) + "|"]
-        out += ["| " + " | ".join(row) + " |" for row in self.rows]
-        if self.notes:
-            out += [""] + [f"- {note}" for note in self.notes]
-        return "\n".join(out) + "\n"
 
 
 def _s(seconds: float) -> str:

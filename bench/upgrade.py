@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, log, median, python_env, reconciler_argv
-from bench.report import Table
 from bench.rollout import Daemon, Remote, RolloutTestbed, _git
+from bench.tables import Table
 from bench.testbed import TESTBED, timed_run
 from reconciler.common.versions import deb_compare
 from reconciler.daemon.upgrade_view import STATES, current, state_order

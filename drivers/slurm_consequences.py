@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from reconciler import params as slurm_params
 from reconciler.common import hostlist
+from reconciler.facts import slurmconf
 
 RESTARTS_SLURMCTLD = frozenset({"restart_slurmctld", "restart_all"})
 RESTARTS_SLURMD = frozenset({"restart_slurmd", "restart_all"})
@@ -26,50 +25,38 @@ def change_kind(key: str, family: str, scope: str = "global") -> str:
 
 @dataclass
 class SlurmConf:
-    """slurm.conf split into global keys, node definitions and partitions."""
+    """slurm.conf split into global keys, node definitions and partitions, as the one reader
+    (reconciler.facts.slurmconf) means it: keys in lower case, NodeName/PartitionName=DEFAULT merged, hostlists
+    expanded, the controllers as one `slurmctldhost` key. `error` says why Slurm could not read the text."""
 
     globals: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)  # node name -> its NodeName= params
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
+    spelled: dict[str, str] = field(default_factory=dict)  # lower-case key -> as written, for reasons
+    error: str | None = None
+
+    def name(self, key: str) -> str:
+        """KEY as the text writes it (`SlurmdPort` for `slurmdport`)."""
+        return self.spelled.get(key, "SlurmctldHost" if key == "slurmctldhost" else key)
 
 
-def _pairs(line: str) -> dict[str, str]:
+def parse_slurm_conf(text: str, file: str = "slurm.conf") -> SlurmConf:
+    """Read slurm.conf text with reconciler.facts.slurmconf (comments, continuations, quotes and key case as
+    Slurm reads them); text Slurm would refuse gives an empty SlurmConf with `error` set."""
     try:
-        words = shlex.split(line, comments=True)
-    except ValueError:
-        words = line.split()
-    out = {}
-    for word in words:
-        key, _, value = word.partition("=")
-        out[key] = value
-    return out
-
-
-def parse_slurm_conf(text: str) -> SlurmConf:
-    """Parse slurm.conf text into its parts (comments and blank lines ignored)."""
-    conf = SlurmConf()
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip() if not re.search(r'"[^"]*#', raw) else raw.strip()
-        if not line or "=" not in line:
-            continue
-        pairs = _pairs(line)
-        first = next(iter(pairs), "")
-        if first.lower() == "nodename" and pairs[first] != "DEFAULT":
-            params = {k: v for k, v in pairs.items() if k.lower() != "nodename"}
-            for name in hostlist.expand(pairs[first]):
-                conf.nodes[name] = params
-        elif first.lower() == "partitionname":
-            conf.partitions[pairs[first]] = {k: v for k, v in pairs.items() if k.lower() != "partitionname"}
-        else:
-            for key, value in pairs.items():
-                conf.globals[key] = value
-    return conf
+        read = slurmconf.meaning(slurmconf.parse_text(text, file)[0])
+    except ValueError as exc:  # ConfSyntaxError, or a hostlist Slurm would refuse
+        return SlurmConf(error=str(exc))
+    found = dict(read.globals)
+    if read.controllers:
+        found["slurmctldhost"] = ",".join(read.controllers)
+    return SlurmConf(found, read.nodes, read.partitions, read.spelled)
 
 
 @lru_cache(maxsize=16)
-def _parsed(text: str) -> SlurmConf:
+def _parsed(text: str, file: str = "slurm.conf") -> SlurmConf:
     """parse_slurm_conf, cached: a plan asks about the same two files once per node. Read-only results."""
-    return parse_slurm_conf(text)
+    return parse_slurm_conf(text, file)
 
 
 @dataclass
@@ -91,11 +78,18 @@ def slurm_conf_consequence(before: str | None, after: str, family: str) -> Conse
         result.reasons.append("slurm.conf is new")
         return result
     old, new = _parsed(before), _parsed(after)
+    if old.error or new.error:  # Slurm cannot read one of them: nothing here can say a reconfigure is enough
+        result.reconfigure = result.restart_slurmctld = result.restart_all_slurmd = True
+        which = "on the node" if old.error else "desired"
+        result.reasons.append(f"slurm.conf {which} is not readable as Slurm reads it ({old.error or new.error}): "
+                              "restarting slurmctld and every slurmd")
+        return result
     changed = {k for k in old.globals.keys() | new.globals.keys() if old.globals.get(k) != new.globals.get(k)}
     if not changed and old.nodes == new.nodes and old.partitions == new.partitions:
         return result
     result.reconfigure = True
-    kinds = {key: change_kind(key, family) for key in sorted(changed)}
+    names = {key: new.name(key) if key in new.spelled else old.name(key) for key in changed}
+    kinds = {names[key]: change_kind(key, family) for key in sorted(changed, key=names.__getitem__)}
     ctld = [k for k, kind in kinds.items() if kind in RESTARTS_SLURMCTLD]
     slurmd = [k for k, kind in kinds.items() if kind in RESTARTS_SLURMD]
     both = [k for k in ctld if k in slurmd]
@@ -126,7 +120,8 @@ def _node_lines(old: SlurmConf, new: SlurmConf, family: str, result: Consequence
             result.reasons.append(f"nodes added/removed ({hostlist.compress(added | removed)}) need {_needs(kind)} "
                                   f"in {family}")
     # The node's own slurmd restart is node_definition_changed's; here only what slurmctld must restart for.
-    keys = {k for n in old.nodes.keys() & new.nodes.keys() for k in old.nodes[n].keys() | new.nodes[n].keys()
+    keys = {new.name(k) if k in new.spelled else old.name(k)
+            for n in old.nodes.keys() & new.nodes.keys() for k in old.nodes[n].keys() | new.nodes[n].keys()
             if old.nodes[n].get(k) != new.nodes[n].get(k) and change_kind(k, family, "node") in RESTARTS_SLURMCTLD}
     if keys:
         result.restart_slurmctld = True
@@ -137,20 +132,21 @@ def node_definition_changed(before: str | None, after: str, node: str, family: s
     """True when the node's own hardware/GRES definition changed (slurmd must restart to see it)."""
     if before is None:
         return False
-    old = _parsed(before).nodes.get(node, {})
-    new = _parsed(after).nodes.get(node, {})
+    was, now = _parsed(before), _parsed(after)
+    if was.error or now.error:  # slurm_conf_consequence restarts every slurmd then
+        return True
+    old, new = was.nodes.get(node, {}), now.nodes.get(node, {})
     return any(old.get(k) != new.get(k) and change_kind(k, family, "node") in RESTARTS_SLURMD
                for k in old.keys() | new.keys())
 
 
 def _gres_lines(text: str | None, node: str) -> dict[tuple[str, ...], dict[str, str]]:
     """The gres.conf lines slurmd on NODE uses, keyed by scope, Name, Type and occurrence; their keys (lower case,
-    NodeName left out). A NodeName this code cannot expand counts as naming the node."""
+    NodeName left out). A NodeName this code cannot expand counts as naming the node. Read with
+    reconciler.facts.slurmconf; raises its ConfSyntaxError for text Slurm would refuse."""
     lines: dict[tuple[str, ...], dict[str, str]] = {}
-    for raw in (text or "").splitlines():
-        pairs = {k.lower(): v for k, v in _pairs(raw.split("#", 1)[0]).items() if k}
-        if not pairs:
-            continue
+    for line in slurmconf.parse_text(text or "", "gres.conf")[0]:
+        pairs = {k.lower(): v for k, v in line.pairs}
         names = pairs.pop("nodename", None)
         if names is not None:
             try:
@@ -171,16 +167,25 @@ def _changed_keys(file: str, before: str | None, after: str, node: str) -> set[t
         return {(line[0], key) for line in old.keys() | new.keys()
                 for key in old.get(line, {}).keys() | new.get(line, {}).keys()
                 if old.get(line, {}).get(key) != new.get(line, {}).get(key)}
-    olds, news = (_parsed(before).globals if before else {}), _parsed(after).globals
-    return {("global", k.lower()) for k in olds.keys() | news.keys() if olds.get(k) != news.get(k)}
+    was, now = (_parsed(before, file) if before else SlurmConf()), _parsed(after, file)
+    if was.error or now.error:
+        raise ValueError(was.error or now.error)
+    olds, news = was.globals, now.globals
+    return {("global", k) for k in olds.keys() | news.keys() if olds.get(k) != news.get(k)}
 
 
 def conf_file_consequence(file: str, before: str | None, after: str, node: str, family: str) -> Consequence:
     """What a gres.conf or cgroup.conf change needs for NODE in this family, from the keys that changed for it
     (gres.conf: only lines naming the node or no node count). Keys the tables do not know restart slurmd."""
     result = Consequence()
+    try:
+        changed = _changed_keys(file, before, after, node)
+    except ValueError as exc:  # ConfSyntaxError or a bad hostlist, in either text: which keys changed is unknown
+        result.reconfigure = result.restart_slurmd_here = True
+        result.reasons.append(f"{file} for {node} is not readable as Slurm reads it ({exc}): slurmd must restart")
+        return result
     kinds = {}
-    for scope, key in sorted(_changed_keys(file, before, after, node)):
+    for scope, key in sorted(changed):
         param = slurm_params.lookup(file, key, scope) or slurm_params.lookup(file, key)
         known = param is not None and family in param.families
         kinds[key] = slurm_params.change_kind(file, key, family, param.scope) if known and param else "restart_slurmd"

@@ -22,49 +22,41 @@ project's renderer: it must not share a bug with what it judges. What it follows
   ``OverSubscribe``), booleans become ``YES``/``NO``, feature lists and ``Gres`` are sorted.
 
 Whatever else is written is kept as written: an unknown key is kept, not rejected.
+
+Reading lines, includes and pairs is tests/slurm_meaning_read.py; gres.conf and cgroup.conf are
+tests/slurm_meaning_gres.py; this module is slurm.conf's meaning and the comparison of two sources.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import hostlist
 
-Texts = Mapping[str, str]
-Source = str | Path | Texts
+from tests.slurm_meaning_gres import cgroup_conf_meaning, gres_conf_meaning
+from tests.slurm_meaning_read import (
+    KEYVALUE,
+    ConfReader,
+    Line,
+    SlurmConfError,
+    Source,
+    expand,
+    line_pairs,
+    sorted_list,
+    yes_no,
+)
 
-_KEYVALUE = re.compile(r'\s*([A-Za-z0-9_.]+)\s*([-*+/]?)=\s*(?:"([^"]*)"|(\S+))(?=\s|$)')
-_INCLUDE = re.compile(r"include\s", re.IGNORECASE)
+__all__ = ["SlurmConfError", "SlurmMeaning", "assert_same_meaning", "cgroup_conf_meaning",
+           "gres_conf_meaning", "meaning_diff", "slurm_conf_meaning"]
+
 _RECORD_KEYS = {"nodename", "partitionname", "nodeset", "downnodes", "frontendname"}
 _LIST_GLOBALS = {"slurmctldhost"}
-_BOOL_TRUE = {"yes", "up", "true", "1"}
-_BOOL_FALSE = {"no", "down", "false", "0"}
 _PARTITION_BOOLEANS = {"default", "disablerootjobs", "exclusiveuser", "hidden", "lln", "rootonly",
                        "reqresv", "powerdownonidle", "exclusivetopo"}
 _PARTITION_ALL_MEANS_UNSET = {"allowaccounts", "allowgroups", "allowqos", "allocnodes"}
 _NOT_FROM_DEFAULT = {"nodehostname", "nodeaddr", "bcastaddr"}
-_CGROUP_BOOLEANS = {"cgroupautomount", "constraincores", "constraindevices", "constrainkmemspace",
-                    "constrainramspace", "constrainswapspace", "taskaffinity", "signalchildrenprocesses",
-                    "ignoresystemd", "ignoresystemdonfailure", "enablecontrollers"}
-_GRES_CASING = {k.lower(): k for k in ("NodeName", "Name", "Type", "File", "Count", "Cores", "Links",
-                                       "Flags", "AutoDetect", "MultipleFiles")}
-_GRES_ALIASES = {"cpus": "cores", "files": "file"}
-
-
-class SlurmConfError(ValueError):
-    """A configuration text Slurm would reject; the message starts with ``file:line:``."""
-
-
-@dataclass(frozen=True)
-class Line:
-    """One logical line (continuations joined, comment cut, escapes removed)."""
-
-    file: str
-    number: int
-    text: str
 
 
 @dataclass
@@ -79,148 +71,6 @@ class SlurmMeaning:
     duplicate_nodes: tuple[str, ...] = ()
     duplicate_partitions: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
-
-
-@dataclass
-class GresMeaning:
-    """The meaning of a gres.conf: global AutoDetect and one normalised line per node and device."""
-
-    autodetect: str | None = None
-    lines: frozenset[str] = frozenset()
-
-
-# ---------------------------------------------------------------- reading lines
-
-
-def _strip_comment(raw: str) -> str:
-    backslashes = 0
-    for i, ch in enumerate(raw):
-        if ch == "#" and backslashes % 2 == 0:
-            return raw[:i]
-        backslashes = backslashes + 1 if ch == "\\" else 0
-    return raw
-
-
-def _continues(text: str) -> tuple[str, bool]:
-    body = text.rstrip()
-    count = len(body) - len(body.rstrip("\\"))
-    if count % 2 == 1:
-        return body[:-1], True
-    return text, False
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.?)", r"\1", text)
-
-
-def logical_lines(text: str, file: str) -> Iterator[Line]:
-    """The logical lines of one file's text, as Slurm's _get_next_line builds them."""
-    pending = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not pending:
-            start = number
-        piece, more = _continues(_strip_comment(raw))
-        pending += piece
-        if more:
-            continue
-        yield Line(file, start, _unescape(pending))
-        pending = ""
-    if pending:
-        yield Line(file, start, _unescape(pending))
-
-
-class _Reader:
-    """Reads a config file and its includes from a directory or from a dict of texts."""
-
-    def __init__(self, source: Source, main: str) -> None:
-        self.texts: Texts | None = None
-        if isinstance(source, Mapping):
-            self.texts = source
-            self.base = Path(".")
-            self.main = main
-        else:
-            path = Path(source)
-            self.base, self.main = (path.parent, path.name) if path.is_file() else (path, main)
-        self.files: list[str] = []
-
-    def exists(self, name: str) -> bool:
-        if self.texts is not None:
-            return name in self.texts
-        return (self.base / name).is_file()
-
-    def read(self, name: str, where: str) -> str:
-        self.files.append(name)
-        if self.texts is not None:
-            if name in self.texts:
-                return self.texts[name]
-            if Path(name).name in self.texts:
-                return self.texts[Path(name).name]
-            raise SlurmConfError(f"{where}: included file {name!r} is not among the texts")
-        path = Path(name) if Path(name).is_absolute() else self.base / name
-        try:
-            return path.read_text()
-        except OSError as err:
-            raise SlurmConfError(f"{where}: cannot read {path}: {err.strerror}") from err
-
-    def lines(self, name: str, cluster: Mapping[str, str | tuple[str, ...]], where: str = "") -> Iterator[Line]:
-        """Logical lines of NAME with its includes spliced in where they stand."""
-        text = self.read(name, where or name)
-        for line in logical_lines(text, name):
-            if _INCLUDE.match(line.text):
-                target = line.text.split()[1] if len(line.text.split()) > 1 else ""
-                if not target:
-                    raise SlurmConfError(f"{line.file}:{line.number}: Include without a file name")
-                if "%c" in target:
-                    cname = cluster.get("clustername")
-                    if not isinstance(cname, str):
-                        raise SlurmConfError(f"{line.file}:{line.number}: %c in Include before ClusterName")
-                    target = target.replace("%c", cname.lower())
-                if not Path(target).is_absolute():
-                    target = str(Path(name).parent / target) if Path(name).parent != Path(".") else target
-                yield from self.lines(target, cluster, f"{line.file}:{line.number}")
-            else:
-                yield line
-
-
-def _pairs(line: Line, text: str | None = None) -> list[tuple[str, str]]:
-    """Every key=value of TEXT (default: the whole line); anything else left over is an error."""
-    rest = line.text if text is None else text
-    pairs: list[tuple[str, str]] = []
-    while True:
-        match = _KEYVALUE.match(rest)
-        if not match:
-            break
-        key, op, quoted, bare = match.groups()
-        if op:
-            raise SlurmConfError(f"{line.file}:{line.number}: operator '{op}=' is not supported here")
-        pairs.append((key.lower(), quoted if quoted is not None else bare))
-        rest = rest[match.end():]
-    if rest.strip():
-        raise SlurmConfError(f"{line.file}:{line.number}: cannot parse {rest.strip()!r}")
-    return pairs
-
-
-# ---------------------------------------------------------------- normalising values
-
-
-def expand(names: str) -> list[str]:
-    """Expand a Slurm hostlist expression (white space counts as a comma)."""
-    names = ",".join(names.split())
-    return list(hostlist.expand_hostlist(names)) if names else []
-
-
-def _bool(value: str) -> str:
-    low = value.lower()
-    if low in _BOOL_TRUE:
-        return "YES"
-    if low in _BOOL_FALSE:
-        return "NO"
-    return value
-
-
-def _sorted_list(value: str) -> str:
-    return ",".join(sorted(v for v in value.split(",") if v))
 
 
 def _pick(line: dict[str, str], dflt: dict[str, str], *keys: str) -> str | None:
@@ -242,9 +92,9 @@ def _node_params(line: dict[str, str], dflt: dict[str, str]) -> dict[str, str]:
         params["cpus"] = cpus
     feature = line.get("feature") or line.get("features") or dflt.get("feature") or dflt.get("features")
     if feature is not None:
-        params["feature"] = _sorted_list(feature)
+        params["feature"] = sorted_list(feature)
     if "gres" in params:
-        params["gres"] = _sorted_list(params["gres"])
+        params["gres"] = sorted_list(params["gres"])
     if "state" in params:
         params["state"] = params["state"].upper()
     return params
@@ -257,7 +107,7 @@ def _partition_params(line: dict[str, str], dflt: dict[str, str]) -> dict[str, s
             continue
         value = line[key] if key in line else dflt[key]
         if key in _PARTITION_BOOLEANS:
-            value = _bool(value)
+            value = yes_no(value)
         elif key == "state":
             value = value.upper()
         elif key in _PARTITION_ALL_MEANS_UNSET and value.upper() == "ALL":
@@ -301,7 +151,7 @@ def _legacy_controllers(globals_: dict[str, str | tuple[str, ...]]) -> None:
 
 def slurm_conf_meaning(source: Source, main: str = "slurm.conf") -> SlurmMeaning:
     """Parse a config directory, a slurm.conf path, or a dict {file name: text} into its meaning."""
-    reader = _Reader(source, main)
+    reader = ConfReader(source, main)
     meaning = SlurmMeaning()
     node_default: dict[str, str] = {}
     part_default: dict[str, str] = {}
@@ -311,7 +161,7 @@ def slurm_conf_meaning(source: Source, main: str = "slurm.conf") -> SlurmMeaning
     duplicates_p: list[str] = []
 
     for line in reader.lines(reader.main, meaning.globals):
-        match = _KEYVALUE.match(line.text)
+        match = KEYVALUE.match(line.text)
         if not match:
             if line.text.strip():
                 raise SlurmConfError(f"{line.file}:{line.number}: cannot parse {line.text.strip()!r}")
@@ -330,7 +180,7 @@ def slurm_conf_meaning(source: Source, main: str = "slurm.conf") -> SlurmMeaning
             else:
                 meaning.globals[key] = value
             continue
-        params = dict(_pairs(line, line.text[match.end():]))
+        params = dict(line_pairs(line, line.text[match.end():]))
         if key == "nodename":
             if value.upper() == "DEFAULT":
                 node_default = {**node_default, **params}
@@ -394,82 +244,6 @@ def _resolve(expr: str, nodes: Mapping[str, object], nodesets: Mapping[str, tupl
     out: list[str] = []
     for name in expand(expr):
         out.extend(nodesets.get(name, (name,)))
-    return out
-
-
-# ---------------------------------------------------------------- gres.conf and cgroup.conf
-
-
-def _cores(value: str) -> str:
-    """Canonical core list: '0-2,5' and '5,0,1,2' both become '0,1,2,5'."""
-    numbers = sorted({int(name[1:]) for name in expand(f"c[{value}]")})
-    return ",".join(str(n) for n in numbers)
-
-
-def _gres_entries(node: str | None, params: dict[str, str]) -> Iterator[str]:
-    base = {_GRES_ALIASES.get(k, k): v for k, v in params.items()}
-    if "cores" in base:
-        base["cores"] = _cores(base["cores"])
-    if "flags" in base:
-        base["flags"] = _sorted_list(base["flags"])
-    if "autodetect" in base:
-        base["autodetect"] = base["autodetect"].lower()
-    files = expand(base.pop("file")) if "file" in base else []
-    if files and "multiplefiles" not in base:
-        if base.get("count") in (None, str(len(files))):
-            base.pop("count", None)
-        variants = [{**base, "file": f} for f in files]
-    else:
-        if files:
-            base["multiplefiles"] = ",".join(files)
-        variants = [base]
-    for item in variants:
-        fields = [f"NodeName={node or '*'}"]
-        fields += [f"{_GRES_CASING.get(k, k)}={item[k]}" for k in sorted(item)]
-        yield " ".join(fields)
-
-
-def gres_conf_meaning(source: Source, main: str = "gres.conf") -> GresMeaning:
-    """Parse gres.conf (from a directory, a path or a dict of texts); a missing file means nothing."""
-    reader = _Reader(source, main)
-    if not reader.exists(reader.main):
-        return GresMeaning()
-    autodetect: str | None = None
-    lines: set[str] = set()
-    for line in reader.lines(reader.main, {}):
-        pairs = _pairs(line)
-        if not pairs:
-            continue
-        params = dict(pairs)
-        first = pairs[0][0]
-        if first == "autodetect" and len(pairs) == 1:
-            autodetect = pairs[0][1].lower()
-        elif first == "nodename":
-            nodes = params.pop("nodename")
-            for node in expand(nodes):
-                lines.update(_gres_entries(node, params))
-        elif first == "name":
-            lines.update(_gres_entries(None, params))
-        else:
-            raise SlurmConfError(f"{line.file}:{line.number}: a gres.conf line starts with NodeName=, Name= "
-                                 f"or AutoDetect=, not {first}")
-    return GresMeaning(autodetect, frozenset(lines))
-
-
-def cgroup_conf_meaning(source: Source, main: str = "cgroup.conf") -> dict[str, str]:
-    """Parse cgroup.conf into {lower-case key: value}, booleans as yes/no; a missing file is {}."""
-    reader = _Reader(source, main)
-    if not reader.exists(reader.main):
-        return {}
-    out: dict[str, str] = {}
-    for line in reader.lines(reader.main, {}):
-        for key, value in _pairs(line):
-            low = value.lower()
-            if low in {"yes", "true"} or (key in _CGROUP_BOOLEANS and low in _BOOL_TRUE):
-                value = "yes"
-            elif low in {"no", "false"} or (key in _CGROUP_BOOLEANS and low in _BOOL_FALSE):
-                value = "no"
-            out[key] = value
     return out
 
 

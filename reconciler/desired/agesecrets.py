@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired.loader import ConfigError, DesiredStateError, KeyPath, LoadedState
+from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, LoadedState
 from reconciler.model import DesiredState, ManagedFile, Munge, template_fields
 
-MAX_CIPHERTEXT_BYTES = (1 << 20) + (64 << 10)  # a 1 MiB source (managed.MAX_SOURCE_BYTES) and age's overhead
+# what a managed file's source may hold, plain or decrypted, and what fact gathering reads of a file for comparing
+# (here, below managed, which re-exports it, so that neither module imports the other both ways)
+MAX_SOURCE_BYTES = 1 << 20
+MAX_CIPHERTEXT_BYTES = MAX_SOURCE_BYTES + (64 << 10)  # a 1 MiB source and age's overhead
 MAX_IDENTITY_BYTES = 64 << 10
 MUNGE_MIN_BYTES, MUNGE_MAX_BYTES = 32, 1024  # as drivers/munge_key.py: what munged accepts
 AGE_MAGIC = (b"age-encryption.org/v1\n", b"-----BEGIN AGE ENCRYPTED FILE-----")
@@ -235,8 +238,6 @@ def _store(owner: ManagedFile | Munge, enc: Encrypted, data: bytes) -> str | Non
                     f"{MUNGE_MAX_BYTES} bytes (`mungekey` makes 128)")
         owner._key = data
         return None
-    from reconciler.desired.managed import MAX_SOURCE_BYTES
-
     if len(data) > MAX_SOURCE_BYTES:
         return f"{enc.path}: decrypts to more than {MAX_SOURCE_BYTES} bytes"
     try:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the loader imports this module
-    from reconciler.desired.loader import ConfigError
+from reconciler.desired.errors import ConfigError
 
 SHOWN_ALIKE = 5
 

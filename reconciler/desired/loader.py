@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from reconciler.common import hostlist
+from reconciler.desired.agesecrets import read_munge_age  # never decrypts: ciphertext and its sha256 only
+from reconciler.desired.crosscheck import cross_check
 from reconciler.desired.errorder import arrange
+from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, LoadedState, Location
+from reconciler.desired.errors import nearest as _nearest
+from reconciler.desired.managed import read_sources
 from reconciler.desired.sectionmerge import duplicate_names, merge_split
 from reconciler.desired.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 from reconciler.model import DesiredState
 
-KeyPath = tuple[str | int, ...]
 MAX_ERRORS = 200  # errors reported per load; the rest are counted
 ModelT = TypeVar("ModelT", bound=BaseModel)
 MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services", "packages")
@@ -44,69 +48,6 @@ class LoadLimits:
 
         return cls(env("FILE_BYTES", cls.max_file_bytes), env("ALIAS_EXPANSIONS", cls.max_alias_expansions),
                    env("DEPTH", cls.max_depth))
-
-
-@dataclass(frozen=True)
-class Location:
-    """A place in a YAML file (1-based line and column)."""
-
-    file: str
-    line: int
-    column: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
-
-
-@dataclass(frozen=True)
-class ConfigError:
-    """One problem in the desired state, with where it is and what was expected."""
-
-    location: Location | None
-    path: KeyPath
-    message: str
-
-    def key_path(self) -> str:
-        """Render the key path as `cluster.partitions[0].nodes`."""
-        out = ""
-        for part in self.path:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out or "(top level)"
-
-    def __str__(self) -> str:
-        where = f"{self.location}: " if self.location else ""
-        return f"{where}{self.key_path()}: {self.message}"
-
-
-class DesiredStateError(Exception):
-    """Raised when a desired-state directory does not load; holds every error found."""
-
-    def __init__(self, errors: list[ConfigError]) -> None:
-        self.errors = errors
-        super().__init__("\n".join(str(e) for e in errors))
-
-
-@dataclass
-class LoadedState:
-    """A validated desired state and where each of its keys came from."""
-
-    state: DesiredState
-    root: Path
-    locations: dict[KeyPath, Location] = field(default_factory=dict)
-    files: list[Path] = field(default_factory=list)
-    commit: str | None = None
-
-    def where(self, path: KeyPath) -> Location | None:
-        """Return the location of a key path, or of its nearest ancestor that has one."""
-        return _nearest(self.locations, path)
-
-
-def _nearest(locations: dict[KeyPath, Location], path: KeyPath) -> Location | None:
-    for end in range(len(path), -1, -1):
-        loc = locations.get(tuple(path[:end]))
-        if loc is not None:
-            return loc
-    return None
 
 
 def _record(locations: dict[KeyPath, tuple[int, int]], rel: str, out: dict[KeyPath, Location]) -> None:
@@ -312,8 +253,6 @@ class _Pruned:
 
 def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[tuple[KeyPath, str]]:
     """Cross-check what remains valid after removing the parts the schema rejected."""
-    from reconciler.desired.crosscheck import cross_check
-
     if all(len(err["loc"]) <= 1 for err in exc.errors()):  # only top-level keys wrong: nothing to prune
         return []
     pruned = _Pruned(merged)
@@ -350,10 +289,6 @@ def _secrets_outside(state: DesiredState, root: Path) -> list[tuple[KeyPath, str
 
 def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | None = None) -> LoadedState:
     """Load, merge and validate a desired-state directory; raise DesiredStateError with all errors."""
-    from reconciler.desired.agesecrets import read_munge_age  # never decrypts: ciphertext and its sha256 only
-    from reconciler.desired.crosscheck import cross_check  # late import: crosscheck needs the loaded model
-    from reconciler.desired.managed import read_sources
-
     root = Path(root)
     if not root.is_dir():
         raise DesiredStateError([ConfigError(None, (), f"{root}: not a directory")])

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconciler.common import hostlist
+from reconciler.desired.agesecrets import MAX_SOURCE_BYTES, AgeError, read_encrypted  # the bound lives below us
+from reconciler.desired.errors import KeyPath
 from reconciler.desired.inventory import node_specs
 from reconciler.model import DesiredState, ManagedFile, NodeSelection, template_fields
-
-KeyPath = tuple[str | int, ...]
-MAX_SOURCE_BYTES = 1 << 20  # what fact gathering reads of a file for comparing
 
 
 def selects(state: DesiredState, item: NodeSelection, node: str) -> bool:
@@ -64,8 +63,6 @@ def read_sources(state: DesiredState, root: Path, yaml_file: dict[int, str]) -> 
             problems.append((where, f"source {item.source!r}: no such file in the repository"))
             continue
         if item.encrypted:  # kept as ciphertext: decrypted on the login node only (agesecrets.unlock)
-            from reconciler.desired.agesecrets import AgeError, read_encrypted
-
             try:
                 item._age = read_encrypted(target, item.source)
             except AgeError as exc:

@@ -155,6 +155,8 @@ class Meaning:
     controllers: list[str] = field(default_factory=list)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
+    # each lower-case key as last written (`SlurmdPort`), for messages; not part of the meaning
+    spelled: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 _CONTROLLER_KEYS = ("slurmctldhost", "controlmachine", "backupcontroller")
@@ -175,6 +177,7 @@ def meaning(lines: list[ConfLine]) -> Meaning:
     nodesets: dict[str, list[str]] = {}
     for line in lines:
         kind, params = line.kind, _lower(line.pairs[1:])
+        out.spelled.update((_ALIASES.get(k.lower(), k.lower()), k) for k, _ in line.pairs)
         if kind == "nodename":
             if line.value.upper() == "DEFAULT":
                 node_default.update(params)
@@ -187,7 +190,7 @@ def meaning(lines: list[ConfLine]) -> Meaning:
                 continue
             out.partitions[line.value] = {**part_default, **params}
         elif kind == "nodeset":
-            feature = params.get("feature")
+            feature = params.get("features")  # Feature= is read as its alias features
             nodesets[line.value] = ([n for n, p in out.nodes.items() if feature in p.get("features", "").split(",")]
                                     if feature else hostlist.expand(params.get("nodes", "")))
         else:

@@ -1,6 +1,6 @@
 """What slurm.conf, gres.conf and cgroup.conf changes need, per release family, as corrected by the table measured
-on real 22.05 and 24.11 daemons (tests/params/test_observed_consequences_testbed.py; README "Observed on the
-testbed"). Families before 23.11 follow 22.05, later ones 24.11."""
+on real 22.05 and 24.11 daemons (tests/params/test_observed_consequences_testbed.py; docs/slurm-parameters.md,
+"Observed on the testbed"). Families before 23.11 follow 22.05, later ones 24.11."""
 
 from __future__ import annotations
 

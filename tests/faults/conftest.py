@@ -19,6 +19,7 @@ import pytest
 from tests.daemon.harness import GitRemote
 from tests.engine.testbed_state import write_state
 from tests.faults.bed import COMPUTES, FaultBed, payload_yaml
+from tests.faults.daemon_helpers import Daemons
 from tests.faults.record import FaultTally
 from tests.testbed_fixture import SLURM_RELEASES, Testbed, host_release
 
@@ -96,3 +97,12 @@ def fbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempP
     bed = FaultBed(testbed, desired, GitRemote.create(root, desired), root)
     assert bed.converge(timeout=300) is not None, "the fault testbed did not converge"
     return bed
+
+
+@pytest.fixture
+def daemons(fbed: FaultBed) -> Iterator[Daemons]:
+    """A daemon factory whose daemons are killed when the test ends (the next test starts from a clean slate)."""
+    made = Daemons(fbed)
+    yield made
+    for daemon in made.started:
+        daemon.kill()

@@ -1,10 +1,10 @@
-"""What the fault-injection suite measured: one JSON line per fault kind and run, and the README table from them.
+"""What the fault-injection suite measured: one JSON line per fault kind and run, and the docs/faults.md table from them.
 
 Each test records, for its fault: how many times it was injected, how many times the cluster recovered
 (converged to the desired state with every invariant holding), how many managed files were found neither the old
 nor the new content (must be 0), how many jobs were killed (must be 0), and the seconds from the end of each fault
 to convergence. Results go to ``$RECONCILER_FAULTS_OUT`` (default ``/tmp/reconciler-faults/results.jsonl``);
-``python -m tests.faults.record`` prints the Markdown table that README.md and bench/README.md carry.
+``python -m tests.faults.record`` prints the Markdown table that docs/faults.md and bench/README.md carry.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ random point of a random phase (while the node gathers facts, while its writer r
 the apply; see node_helpers), or before the apply where the fault is a state (a full disk, a stopped daemon); the
 fault ends and the cluster must converge. Checked every time: a node the apply did not bring to the new version is
 named in its output with a non-zero exit (no silent failure), the other nodes converge in the same apply. Counted
-for the README table: injections, recoveries, managed files neither the old nor the new version (the payload on
+for the docs/faults.md table: injections, recoveries, managed files neither the old nor the new version (the payload on
 every compute node, and slurm.conf on every node where it changes; must be 0), sentinel jobs killed (must be 0),
 seconds from the fault's end to a clean plan.
 """
