@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from reconciler.checks.nccl.binary import collective_from_binary
 from reconciler.checks.nccl.models import NcclTest
-from reconciler.checks.nccl.parser import collective_from_binary, parse_output
+from reconciler.checks.nccl.parser import parse_output
 from reconciler.checks.nccl.verdict import RegressionPolicy, Thresholds, evaluate, format_size, representative_busbw
 from reconciler.checks.results import CheckResult, utcnow
 from reconciler.checks.slurm_view import SlurmView

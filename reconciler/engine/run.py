@@ -16,7 +16,8 @@ from reconciler.engine.gather import gather
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.transport.base import Transport
-from reconciler.transport.ssh import SSHTransport, for_idempotent
+from reconciler.transport.idempotent import for_idempotent
+from reconciler.transport.ssh import SSHTransport
 
 
 @dataclass

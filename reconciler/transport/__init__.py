@@ -16,7 +16,8 @@
 from reconciler.transport.base import BaseTransport, CommandResult, Transport
 from reconciler.transport.hostkeys import HostKeyRefused
 from reconciler.transport.session import wrap_command
-from reconciler.transport.ssh import ConnectError, SSHTransport
+from reconciler.transport.ssh import SSHTransport
+from reconciler.transport.ssherrors import ConnectError
 
 __all__ = ["BaseTransport", "CommandResult", "ConnectError", "HostKeyRefused", "SSHTransport", "Transport",
            "wrap_command"]

@@ -23,7 +23,8 @@ from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
 from reconciler.engine.synthetic_facts import converged_facts
 from reconciler.facts.models import JobFact
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 
 # bench's state: 8 GPU nodes in 4 node sets of 2 (gpu[00001-00002] first), controller login01, CPUs=224
 JOBS = [JobFact(job_id="41", state="RUNNING", nodes=["gpu00001"]),

@@ -17,7 +17,10 @@ from reconciler.engine.report import MARKER
 from reconciler.engine.synthetic_facts import file_fact
 from reconciler.facts.models import ClusterFacts, JobFact
 from reconciler.forge.github import GitHubForge
-from reconciler.forge.pr_plan import PrPlan, PrReportResult, export_tree, render_pr_comment, report_pull_requests
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_git import export_tree
+from reconciler.forge.pr_plan import PrReportResult, report_pull_requests
+from reconciler.forge.pr_planning import PrPlan
 from tests.forge.conftest import SUBDIR, TOKEN, Origin, converged_facts, run_git
 from tests.forge.fake_github import FakeGitHub
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.transport.ssh import CachedSSHConfig
+from reconciler.transport.sshconfig import CachedSSHConfig
 
 CONFIG = """\
 Host bastion

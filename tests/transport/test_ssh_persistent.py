@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.transport.ssh import SSHTransport, for_idempotent
+from reconciler.transport.idempotent import for_idempotent
+from reconciler.transport.ssh import SSHTransport
 from tests.transport import sshd_server
 from tests.transport.sshd_server import SSHD, Sshd
 from tests.transport.test_ssh_transport import make_transport, spec

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from reconciler.checks import allreduce_bench as bench
-from reconciler.checks.nccl.parser import MODERN_COLUMNS, _columns_from, parse_file, parse_row, parse_text
+from reconciler.checks.nccl.parser import parse_file
+from reconciler.checks.nccl.table import MODERN_COLUMNS, columns_from, parse_row
+from reconciler.checks.nccl.text_output import parse_text
 from reconciler.checks.nccl.verdict import Thresholds, evaluate
 from tests.checks.nccl.cases import FIXTURES, GIB
 
@@ -58,7 +60,7 @@ def test_row_format_reads_back() -> None:
         "  4294967296    1073741824     float     sum      -1  12405.6  346.21  346.21       0"
         "    17.50    0.00    0.00     N/A"
     )
-    columns = _columns_from(MODERN_COLUMNS)
+    columns = columns_from(MODERN_COLUMNS)
     assert columns is not None
     row = parse_row(columns, line)
     assert row is not None

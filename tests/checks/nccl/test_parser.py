@@ -6,8 +6,11 @@ import statistics
 
 import pytest
 
+from reconciler.checks.nccl.binary import collective_from_binary
+from reconciler.checks.nccl.json_output import parse_json
 from reconciler.checks.nccl.models import NcclRun, NcclTest
-from reconciler.checks.nccl.parser import collective_from_binary, parse_file, parse_json, parse_output, parse_text
+from reconciler.checks.nccl.parser import parse_file, parse_output
+from reconciler.checks.nccl.text_output import parse_text
 from reconciler.checks.nccl.verdict import evaluate
 from tests.checks.nccl.cases import CASES, FIXTURES, GIB, Case, TestExpect
 

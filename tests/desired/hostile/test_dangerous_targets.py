@@ -15,7 +15,8 @@ from reconciler.desired.targets import SYSTEM_DIRS, VIRTUAL_FS, wildcard_host
 from reconciler.drivers import all_drivers
 from reconciler.engine.context import Context
 from reconciler.engine.planner import make_plan
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 from tests.drivers.operations.test_operations import converged_facts
 
 REPO = Path(__file__).resolve().parents[3]

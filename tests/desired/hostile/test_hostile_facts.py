@@ -24,7 +24,8 @@ from reconciler.engine.gather import parse_node_facts
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.facts.models import FileFact, SlurmNodeFact
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 from reconciler.transport.base import CommandResult
 from tests.drivers.operations.test_operations import converged_facts
 

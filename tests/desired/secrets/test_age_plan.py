@@ -25,7 +25,8 @@ from reconciler.engine.planner import make_plan
 from reconciler.engine.remote_write import write_request
 from reconciler.engine.report import render_json, render_markdown, render_text
 from reconciler.facts.models import FileFact
-from reconciler.forge.pr_plan import PrPlan, render_pr_comment
+from reconciler.forge.pr_comment import render_pr_comment
+from reconciler.forge.pr_planning import PrPlan
 from tests.desired.secrets.conftest import FILES, PLAIN, SENTINEL, TARGET, Key, make_state
 from tests.drivers.operations.test_operations import converged_facts
 

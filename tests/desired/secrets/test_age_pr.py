@@ -15,7 +15,8 @@ import structlog
 from reconciler.desired.agesecrets import encrypt, load_identities, unlock
 from reconciler.facts.models import FileFact
 from reconciler.forge.github import GitHubForge
-from reconciler.forge.pr_plan import export_tree, report_pull_requests
+from reconciler.forge.pr_git import export_tree
+from reconciler.forge.pr_plan import report_pull_requests
 from tests.desired.secrets.conftest import SENTINEL, Key
 from tests.desired.secrets.test_age_plan import no_decrypt
 from tests.forge.conftest import SUBDIR, Origin, converged_facts
