@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from reconciler.common import clock
+from reconciler.daemon.loop_state import LoopHost
 from reconciler.daemon.rollouts import JOURNAL_KEY, StoreJournal
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.desired.inventory import NodeSpec, node_specs
@@ -26,13 +27,10 @@ from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HA_KEY, HighAvailability, default_name
 from reconciler.transport.base import Transport
 
-if TYPE_CHECKING:
-    from reconciler.daemon.loop import Reconciler
-
 log = structlog.get_logger("reconciler")
 
 
-def make_ha(reconciler: Reconciler, wake: threading.Event) -> HighAvailability | None:
+def make_ha(reconciler: LoopHost, wake: threading.Event) -> HighAvailability | None:
     """The pair role of this daemon (None without `ha:` in the config)."""
     cfg = reconciler.config.ha
     if cfg is None:
@@ -81,7 +79,7 @@ def fenced(ha: HighAvailability | None, transport: Transport) -> Transport:
     return FencingTransport(transport, ha.fence, ha.fenced, WRITE_COMMAND)  # type: ignore[return-value]
 
 
-def take_over(reconciler: Reconciler, ha: HighAvailability) -> None:
+def take_over(reconciler: LoopHost, ha: HighAvailability) -> None:
     """This daemon just became the leader: adopt the predecessor's crash journal, announce the epoch everywhere."""
     epoch = ha.epoch
     journal = ha.journal()  # LeaseError: not acting this cycle (the loop logs it, the next cycle tries again)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from reconciler.daemon.leadership import fenced
+from reconciler.daemon.loop_state import WorkerHost
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store
 from reconciler.desired.inventory import node_specs
@@ -36,7 +37,6 @@ from reconciler.facts.models import ClusterFacts
 from reconciler.model import parse_duration
 
 if TYPE_CHECKING:
-    from reconciler.daemon.loop import Reconciler
     from reconciler.transport.base import Transport
 
 CHECK_POLL = 5.0  # seconds between looks at the health-check schedule (one SQLite query)
@@ -100,7 +100,7 @@ class Gate:
 class CheckWorker(threading.Thread):
     """Runs due health checks (and the after-apply run) in the background."""
 
-    def __init__(self, reconciler: Reconciler, sessions: Sessions, gate: Gate, db: Path) -> None:
+    def __init__(self, reconciler: WorkerHost, sessions: Sessions, gate: Gate, db: Path) -> None:
         super().__init__(name="checks", daemon=True)
         self.reconciler, self.sessions, self.gate, self.db = reconciler, sessions, gate, db
         self.wake = threading.Event()
@@ -181,7 +181,7 @@ class CheckWorker(threading.Thread):
 class PrWorker(threading.Thread):
     """Renews pull-request comments every forge.interval from the facts of the last cycle that applied nothing."""
 
-    def __init__(self, reconciler: Reconciler, db: Path) -> None:
+    def __init__(self, reconciler: WorkerHost, db: Path) -> None:
         super().__init__(name="prs", daemon=True)
         self.reconciler, self.db = reconciler, db
         self.wake = threading.Event()
@@ -226,7 +226,7 @@ class PrWorker(threading.Thread):
 class Background:
     """The daemon's workers; the loop tells them what happened, SIGTERM stops them."""
 
-    def __init__(self, reconciler: Reconciler, sessions: Sessions, gate: Gate, db: Path) -> None:
+    def __init__(self, reconciler: WorkerHost, sessions: Sessions, gate: Gate, db: Path) -> None:
         self.checks = CheckWorker(reconciler, sessions, gate, db)
         self.prs = PrWorker(reconciler, db) if reconciler.source is not None else None
 

@@ -130,7 +130,7 @@ def test_unsigned_head_is_reported_and_not_used(remote: GitRemote, tmp_path: Pat
     head = store.get("head_status")
     assert head["commit"] == unsigned and head["status"] == "unverified"
     assert store.runs(1)[0].outcome == "unverified"
-    assert not (reconciler.desired.source.path / "sneaky.md").exists()  # type: ignore[union-attr]
+    assert not (reconciler.source.path / "sneaky.md").exists()  # type: ignore[union-attr]
 
 
 def test_invalid_head_keeps_good_commit(remote: GitRemote, tmp_path: Path) -> None:

@@ -1,0 +1,167 @@
+"""The reconcile loop's target: fetch and verify the Git source (or hash the watched directory), validate a new
+head, load and decrypt the desired state it names; an earlier commit's target for rollbacks and recovery."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from reconciler.common import clock
+from reconciler.daemon import notify
+from reconciler.daemon.logs import redact_url_credentials
+from reconciler.daemon.loop_core import LoopCore, new_run_id
+from reconciler.daemon.loop_state import Target
+from reconciler.daemon.watched import content_hash
+from reconciler.desired.agesecrets import has_encrypted, require_identity, unlock
+from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
+from reconciler.model import SSHDefaults
+
+
+class TargetSource(LoopCore):
+    """What to reconcile: the newest good commit (or local content), loaded with the daemon's SSH overrides."""
+
+    def _resolve_git(self) -> tuple[Target | None, bool]:
+        """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
+        assert self.source is not None
+        fetched = self.source.fetch()
+        if fetched.error:
+            self.log.warning("source.fetch_failed", error=fetched.error, keeping=self.state.good)
+            self.store.set("source_error", {"error": fetched.error, "at": clock.wall()})
+        else:
+            self.store.set("source_error", None)
+        self._watch_source(fetched.error)
+        head = fetched.head
+        if head is None:
+            return None, False
+        self.metrics.set_commit(self.metrics.head_commit, head, self.source.subject(head))
+        good_before = self.state.good
+        if head != self.state.seen_head:
+            self._consider(head)
+        new = self.state.good != good_before  # a new head that fails validation changes nothing
+        if self.state.good is None:
+            return None, new
+        directory = self.source.checkout(self.state.good)
+        return self._load_target(self.state.good, self.source.subject(self.state.good), directory), new
+
+    def _consider(self, head: str) -> None:
+        """Verify and validate a new branch head; it becomes the good commit only when both pass."""
+        assert self.source is not None
+        self.state.seen_head = head
+        self.store.set("seen_head", head)
+        subject = self.source.subject(head)
+        run_id = new_run_id()
+        unsigned = self.source.verify(head)
+        if unsigned:
+            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
+            self.store.finish_run(run_id, "unverified", error=unsigned)
+            self.store.set("head_status", {"commit": head, "status": "unverified", "errors": [unsigned]})
+            self.metrics.source_ok.set(0)
+            self.metrics.runs.labels(outcome="unverified").inc()
+            self.log.error("commit.unverified", commit=head, error=unsigned, keeping=self.state.good)
+            self._notify(lambda: notify.invalid_commit_message(head, [unsigned], subject, why="unverified"))
+            return
+        directory = self.source.checkout(head)
+        try:
+            self._load(directory, commit=head)
+        except DesiredStateError as exc:
+            errors = [str(e) for e in exc.errors]
+            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
+            self.store.finish_run(run_id, "invalid", error="\n".join(errors))
+            self.store.set("head_status", {"commit": head, "status": "invalid", "errors": errors})
+            self.metrics.source_ok.set(0)
+            self.metrics.runs.labels(outcome="invalid").inc()
+            self.log.error("commit.invalid", commit=head, errors=errors, keeping=self.state.good)
+            self._notify(lambda: notify.invalid_commit_message(head, errors, subject))
+            return
+        self.store.set("head_status", {"commit": head, "status": "valid", "errors": []})
+        self.metrics.source_ok.set(1)
+        self.state.good = head
+        self.store.set("good_commit", head)
+        self.log.info("commit.valid", commit=head, subject=subject)
+
+    def _resolve_local(self, directory: Path) -> tuple[Target | None, bool]:
+        """Local mode: the content of the directory's files (watched.state_files) is the 'commit'."""
+        digest = content_hash(directory, (self.config.state_path.resolve(),))
+        new = digest != self.state.seen_head
+        if new:
+            self.state.seen_head = digest
+            self.store.set("seen_head", digest)
+            try:
+                self._load(directory)
+            except DesiredStateError as exc:
+                errors = [str(e) for e in exc.errors]
+                run_id = new_run_id()
+                self.store.start_run(run_id, "watch", self.config.mode, digest, None)
+                self.store.finish_run(run_id, "invalid", error="\n".join(errors))
+                self.store.set("head_status", {"commit": digest, "status": "invalid", "errors": errors})
+                self.metrics.source_ok.set(0)
+                self.log.error("local.invalid", commit=digest, errors=errors)
+                self._notify(lambda: notify.invalid_commit_message(digest, errors))
+                return None, new
+            self.store.set("head_status", {"commit": digest, "status": "valid", "errors": []})
+            self.metrics.source_ok.set(1)
+            self.state.good = digest
+            self.store.set("good_commit", digest)
+        if self.state.good != digest:
+            return None, new
+        return self._load_target(digest, None, directory), new
+
+    def _load(self, directory: Path, commit: str | None = None) -> LoadedState:
+        """Load a desired state and decrypt its .age files with `age_identity` (DesiredStateError, with file:line,
+        for a wrong key, a damaged file, or no identity configured: the commit is then invalid, nothing applied)."""
+        loaded = load_dir(directory, commit=commit)
+        if has_encrypted(loaded.state):
+            if self.age_identity is None or self.age_identities is None:
+                require_identity(loaded)
+            else:
+                unlock(loaded, self.age_identities, self.age_identity)
+        return loaded
+
+    def _load_target(self, commit: str, subject: str | None, directory: Path) -> Target | None:
+        try:
+            loaded = self._load(directory, commit=None if commit.startswith("local:") else commit)
+        except DesiredStateError as exc:  # the good commit no longer loads (e.g. a file outside Git changed)
+            self.log.error("target.invalid", commit=commit, errors=[str(e) for e in exc.errors])
+            return None
+        loaded.state = self._with_ssh_overrides(loaded.state)
+        return Target(commit=commit, subject=subject, loaded=loaded)
+
+    def _with_ssh_overrides(self, state: Any) -> Any:
+        overrides = self.config.ssh.model_dump(exclude_none=True)
+        if not overrides:
+            return state
+        for key in ("config", "known_hosts", "identity_file"):
+            if key in overrides:
+                overrides[key] = str((self.config_dir / overrides[key]).resolve())
+        ssh = SSHDefaults.model_validate({**state.ssh.model_dump(), **overrides})
+        return state.model_copy(update={"ssh": ssh})
+
+    def _watch_source(self, error: str | None) -> None:
+        """One message when fetches have failed for source_unreachable_after, one when they work again."""
+        if self.notifier is None:
+            return
+        now = time.monotonic()
+        source = self.config.repository.url if self.config.repository else "the repository"
+        if error is None:
+            if self._source_down_sent:
+                self._notify(lambda: notify.source_message(redact_url_credentials(source), None, None))
+            self._source_failing_since, self._source_down_sent = None, False
+            return
+        if self._source_failing_since is None:
+            self._source_failing_since = now
+        failing = now - self._source_failing_since
+        if not self._source_down_sent and failing >= self.notifier.source_unreachable_after:
+            self._source_down_sent = True
+            self._notify(lambda: notify.source_message(redact_url_credentials(source), error, failing))
+
+    def _target_of(self, commit: str | None) -> Target | None:
+        """The target of an earlier commit (the applied one, a rollout's): from memory, or checked out again."""
+        if commit is None:
+            return None
+        if self.applied_target is not None and self.applied_target.commit == commit:
+            return self.applied_target
+        if self.source is None or commit.startswith("local:"):
+            return None  # local mode keeps only the applied content it saw
+        directory = self.source.checkout(commit)
+        return self._load_target(commit, self.source.subject(commit), directory)
