@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from reconciler.cli.support import CLUSTER
+
 DEFAULT_DIR = "desired-state"
 
 
@@ -32,8 +34,9 @@ def open_db(path: Path) -> sqlite3.Connection:
 @click.option("--ack-xid", "ack_xid", default=None, metavar="HOSTLIST",
               help="First acknowledge the XIDs seen so far on these nodes (their GPUs were reset): they fail the "
                    "GPU check no more. Needs --state-db (the daemon's state.db).")
+@CLUSTER
 def check(directory: str, name: str | None, nodes: str | None, state_db: Path | None, no_act: bool, fmt: str,
-          forks: int | None, ack_xid: str | None) -> None:
+          forks: int | None, ack_xid: str | None, cluster: str | None) -> None:
     """Run health checks now (all, or the one named): node checks over SSH, NCCL tests through srun.
 
     Prints one line per check and node, then the drains and resumes. Exit 0 when every check passed
@@ -44,7 +47,7 @@ def check(directory: str, name: str | None, nodes: str | None, state_db: Path | 
     from reconciler.common import hostlist
     from reconciler.transport.ssh import SSHTransport
 
-    loaded = load_or_exit(directory)
+    loaded = load_or_exit(directory, cluster)
     try:
         only = set(hostlist.expand(nodes)) if nodes else None
     except ValueError as exc:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
-from reconciler.desired.loader import DesiredStateError, load_dir, yaml_files
+from reconciler.cli.support import CLUSTER
+from reconciler.desired.clusters import load_state
+from reconciler.desired.layout import CLUSTERS_DIR
+from reconciler.desired.loader import DesiredStateError, yaml_files
 from reconciler.importer import AdoptOptions, ImportProblem, import_files
 from reconciler.importer.packages import parse_patterns
 from reconciler.importer.sources import LocalFiles, RemoteFiles, parse_ssh_url
@@ -48,12 +51,15 @@ def _progress_line() -> Callable[[int, int], None] | None:
               help="ssh: adopt the installed versions of the packages these names or globs match (apt or dnf), "
                    "e.g. 'nvidia-*,slurm*,enroot*' (packages.yaml).")
 @click.option("--force", is_flag=True, help="Overwrite YAML files already in --out.")
+@CLUSTER
 def import_command(source: str, out_dir: str, config_dir: str, slurm_version: str | None, ssh_config: str | None,
                    known_hosts: str | None, identity_file: str | None, proxy_jump: str | None, accept_new: bool,
                    munge_key_file: str | None, image_dirs: tuple[str, ...], package_patterns: str | None,
-                   force: bool) -> None:
-    """Adopt an existing cluster: SOURCE is a directory of its Slurm files or ssh://[user@]host[:port]."""
-    out = Path(out_dir)
+                   force: bool, cluster: str | None) -> None:
+    """Adopt an existing cluster: SOURCE is a directory of its Slurm files or ssh://[user@]host[:port].
+    With --cluster NAME, --out is a multi-cluster repository and the files go to its clusters/NAME/."""
+    repo = Path(out_dir)
+    out = repo / CLUSTERS_DIR / cluster if cluster else repo
     if out.is_dir() and yaml_files(out) and not force:
         click.echo(f"error: {out} already holds YAML files; pass --force to overwrite them", err=True)
         sys.exit(1)
@@ -98,11 +104,12 @@ def import_command(source: str, out_dir: str, config_dir: str, slurm_version: st
     click.echo(f"wrote {', '.join(str(p) for p in result.files)}"
                + (f" and {len(result.sources)} adopted file(s) under {out / 'files'}" if result.sources else ""))
     try:
-        load_dir(out)
+        load_state(repo, cluster)
     except DesiredStateError as exc:
         for error in exc.errors:
             click.echo(f"error: {error}", err=True)
         click.echo(f"{out}: the import does not validate yet ({len(exc.errors)} error(s)); fix them above",
                    err=True)
         sys.exit(1)
-    click.echo(f"{out}: valid; fill in the inventory's `host` and `ssh:` settings, then `reconciler plan {out}`")
+    then = f"{repo} --cluster {cluster}" if cluster else f"{out}"
+    click.echo(f"{out}: valid; fill in the inventory's `host` and `ssh:` settings, then `reconciler plan {then}`")

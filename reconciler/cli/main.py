@@ -15,7 +15,7 @@ if __name__ == "__main__":  # `python -m reconciler.cli`: start as the console s
 import click  # noqa: E402 - after startup.begin
 
 from reconciler import __version__
-from reconciler.cli.support import DEFAULT_DIR, load_or_exit, unlock_or_exit
+from reconciler.cli.support import CLUSTER, DEFAULT_DIR, load_or_exit, unlock_or_exit
 from reconciler.common.hostlist import HostlistError, expand
 from reconciler.desired.source import describe_source
 from reconciler.model.json_schema import desired_state_json_schema
@@ -35,6 +35,7 @@ class _LazyGroup(click.Group):
             _register_daemon()
             _register_checks()
             _register_secrets()
+            _register_clusters()
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """A command by name; the lazily attached ones are imported when the name is not one of ours."""
@@ -59,11 +60,18 @@ def main() -> None:
 
 @main.command()
 @click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
-def validate(directory: str) -> None:
-    """Validate a desired-state directory: schema, cross-references, hostlists."""
+@CLUSTER
+def validate(directory: str, cluster: str | None) -> None:
+    """Validate a desired-state directory: schema, cross-references, hostlists (a multi-cluster repository: every
+    cluster, or the one named, and promotion.yaml)."""
+    from reconciler.desired.layout import is_multi_cluster
     from reconciler.desired.risks import risk_warnings
 
-    loaded = load_or_exit(directory)
+    if is_multi_cluster(directory):
+        from reconciler.cli.clusters import validate_clusters
+
+        validate_clusters(directory, cluster)  # exits
+    loaded = load_or_exit(directory, cluster)
     state = loaded.state
     for warning in risk_warnings(loaded):
         click.echo(f"warning: {warning}", err=True)
@@ -78,9 +86,10 @@ def validate(directory: str) -> None:
 @click.option("--node", required=True, help="Node to render for.")
 @click.option("--file", "file_name", type=click.Choice(MANAGED_FILES), default=None,
               help="One file; default: every managed file of the node.")
-def render(directory: str, node: str, file_name: str | None) -> None:
+@CLUSTER
+def render(directory: str, node: str, file_name: str | None, cluster: str | None) -> None:
     """Print the managed files a node should have (exports/fstab: the managed block)."""
-    loaded = load_or_exit(directory)
+    loaded = load_or_exit(directory, cluster)
     source = describe_source(loaded.root, loaded.commit)
     try:
         names = [file_name] if file_name else managed_files_for(loaded.state, node)
@@ -100,10 +109,10 @@ def schema() -> None:
 
 
 def _open(directory: str, limit: str | None, forks: int | None,  # type: ignore[no-untyped-def]
-          age_identity: str | None = None, need_secrets: bool = False):
+          age_identity: str | None = None, need_secrets: bool = False, cluster: str | None = None):
     from reconciler.engine.run import open_reconcile
 
-    loaded = load_or_exit(directory)
+    loaded = load_or_exit(directory, cluster)
     unlock_or_exit(loaded, directory, age_identity, need_secrets)
     startup.settle()
     try:
@@ -125,9 +134,10 @@ AGE_IDENTITY = click.option("--age-identity", default=None, envvar="RECONCILER_A
 @click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
 @click.option("--node", "limit", default=None, help="Only these nodes (hostlist).")
 @FORKS
-def facts(directory: str, limit: str | None, forks: int | None) -> None:
+@CLUSTER
+def facts(directory: str, limit: str | None, forks: int | None, cluster: str | None) -> None:
     """Gather and print the facts of every node (one SSH round trip per node), as JSON."""
-    run = _open(directory, limit, forks)
+    run = _open(directory, limit, forks, cluster=cluster)
     try:
         run.gather()
     finally:
@@ -146,8 +156,9 @@ def facts(directory: str, limit: str | None, forks: int | None) -> None:
                    "folded by node set (JSON: the `changes` list of Change objects with a `node` each).")
 @FORKS
 @AGE_IDENTITY
+@CLUSTER
 def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node: bool, forks: int | None,
-         age_identity: str | None) -> None:
+         age_identity: str | None, cluster: str | None) -> None:
     """Show what apply would change. Exit 0: no changes, 2: changes, 1: error or a node not reached (its state is
     unknown), like terraform -detailed-exitcode.
 
@@ -168,7 +179,7 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
             click.echo(f"error: --node takes one node name, not {node!r} (use --limit for a hostlist)", err=True)
             sys.exit(1)
         limit, per_node = names[0], True
-    run = _open(directory, limit, forks, age_identity)
+    run = _open(directory, limit, forks, age_identity, cluster=cluster)
     if node is not None and limit not in run.ctx.specs:
         run.close()
         click.echo(f"error: node {node!r} is not in the inventory of {directory}", err=True)
@@ -213,9 +224,10 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
                    "after a reboot or a driver reload). Without it they are held: shown, not applied. A module "
                    "option's change is the reload itself; a reboot is never done.")
 @AGE_IDENTITY
+@CLUSTER
 def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_unavailable: int,
           max_fail_percent: float, drain_timeout: float, waves_mode: str, previous: str | None,
-          allow: tuple[str, ...], age_identity: str | None) -> None:
+          allow: tuple[str, ...], age_identity: str | None, cluster: str | None) -> None:
     """Show the plan, ask, then apply it, wave by wave as the desired state's `rollout:` says (each wave gated;
     a failed gate rolls back to --previous). Exit 0 when everything applied, 1 on any failure, rollback or
     unreachable node (the reachable nodes are still applied), 2 when changes were held (see --allow)."""
@@ -223,10 +235,14 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     from reconciler.engine.report import render_text
     from reconciler.rollout.runner import annotate
 
-    old = load_or_exit(previous) if previous else None
+    old = None
+    if previous:
+        from reconciler.desired.layout import is_multi_cluster
+
+        old = load_or_exit(previous, cluster if is_multi_cluster(previous) else None)
     if old is not None and previous is not None:
         unlock_or_exit(old, previous, age_identity, True)
-    run = _open(directory, limit, forks, age_identity, need_secrets=True)
+    run = _open(directory, limit, forks, age_identity, need_secrets=True, cluster=cluster)
     try:
         run.gather()
         result = run.plan()
@@ -318,6 +334,13 @@ def _register_secrets() -> None:
     from reconciler.cli.secrets import secret
 
     main.add_command(secret)
+
+
+def _register_clusters() -> None:
+    """Attach `reconciler explain` (where a value of a cluster's desired state comes from)."""
+    from reconciler.cli.clusters import explain
+
+    main.add_command(explain)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ from typing import NoReturn
 import click
 from pydantic import ValidationError
 
+from reconciler.cli.support import CLUSTER
 from reconciler.desired.agesecrets import AgeError, Encrypted, decrypt, encrypt, identity_path, load_identities
+from reconciler.desired.clusters import need_cluster, read_cluster
+from reconciler.desired.layout import is_multi_cluster
 from reconciler.desired.loader import ConfigError, DesiredStateError, KeyPath, Location, _merge, _nearest, yaml_files
 from reconciler.model import AGE_SUFFIX, Secrets
 
@@ -33,13 +36,21 @@ def _fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-def read_recipients(directory: str | Path) -> list[str]:
-    """`secrets.recipients` of a desired-state directory (its YAML files only: the rest need not be valid)."""
+def read_recipients(directory: str | Path, cluster: str | None = None) -> list[str]:
+    """`secrets.recipients` of a desired-state directory (its YAML files only: the rest need not be valid); of
+    CLUSTER's merged layers in a multi-cluster repository."""
     root = Path(directory)
     if not root.is_dir():
         raise DesiredStateError([ConfigError(None, (), f"{root}: not a directory")])
     errors: list[ConfigError] = []
-    merged, locations = _merge(root, yaml_files(root), errors)
+    if is_multi_cluster(root):
+        layers, _ = read_cluster(root, need_cluster(root, cluster), errors)
+        merged, locations = layers.data, layers.locations
+    elif cluster is not None:
+        raise DesiredStateError([ConfigError(None, (), f"--cluster {cluster}: {root} is a single-cluster desired "
+                                             "state (it has no clusters/ directory)")])
+    else:
+        merged, locations = _merge(root, yaml_files(root), errors)
     if errors:
         raise DesiredStateError(errors)
     raw = merged.get("secrets")
@@ -61,9 +72,9 @@ def read_recipients(directory: str | Path) -> list[str]:
     return secrets.recipients
 
 
-def _recipients_or_exit(directory: str) -> list[str]:
+def _recipients_or_exit(directory: str, cluster: str | None) -> list[str]:
     try:
-        return read_recipients(directory)
+        return read_recipients(directory, cluster)
     except DesiredStateError as exc:
         _fail(str(exc.errors[0]) + (f" (and {len(exc.errors) - 1} more)" if len(exc.errors) > 1 else ""))
 
@@ -119,9 +130,10 @@ def secret() -> None:
 @click.argument("plainfile", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-o", "--output", required=True, help="The encrypted file to write (its name ends in .age).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-def encrypt_command(directory: str, plainfile: str, output: str, force: bool) -> None:
+@CLUSTER
+def encrypt_command(directory: str, plainfile: str, output: str, force: bool, cluster: str | None) -> None:
     """Encrypt PLAINFILE (`-`: standard input) to the recipients of DIRECTORY's `secrets.recipients`."""
-    recipients = _recipients_or_exit(directory)
+    recipients = _recipients_or_exit(directory, cluster)
     target = _check_output(output)
     if target.exists() and not force:
         _fail(f"{output} exists (--force replaces it; `reconciler secret edit` changes it)")
@@ -148,10 +160,11 @@ def encrypt_command(directory: str, plainfile: str, output: str, force: bool) ->
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.argument("file", type=click.Path(dir_okay=False))
 @AGE_IDENTITY
-def edit_command(directory: str, file: str, age_identity: str | None) -> None:
+@CLUSTER
+def edit_command(directory: str, file: str, age_identity: str | None, cluster: str | None) -> None:
     """Decrypt FILE into a private temporary file, run $EDITOR on it, and encrypt the result to DIRECTORY's
     `secrets.recipients` (atomic replace). Unchanged content leaves FILE untouched; a new FILE starts empty."""
-    recipients = _recipients_or_exit(directory)
+    recipients = _recipients_or_exit(directory, cluster)
     target = _check_output(file)
     before = b""
     if target.exists():
@@ -218,10 +231,11 @@ def keygen_command(output: str) -> None:
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
 @AGE_IDENTITY
-def rekey_command(directory: str, files: tuple[str, ...], age_identity: str | None) -> None:
+@CLUSTER
+def rekey_command(directory: str, files: tuple[str, ...], age_identity: str | None, cluster: str | None) -> None:
     """Re-encrypt FILES, content unchanged, to DIRECTORY's current `secrets.recipients` (after adding or removing
     one). Every file is decrypted first: if one fails, none is rewritten."""
-    recipients = _recipients_or_exit(directory)
+    recipients = _recipients_or_exit(directory, cluster)
     identities, path = _identities_or_exit(age_identity)
     plain: list[tuple[Path, bytes]] = []
     for file in files:

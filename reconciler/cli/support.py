@@ -6,14 +6,30 @@ use it without importing the top-level command, which imports them.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
 import click
 
-from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
+from reconciler.desired.clusters import load_state
+from reconciler.desired.loader import DesiredStateError, LoadedState
 
 DEFAULT_DIR = "desired-state"
+CLUSTER_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _cluster_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not CLUSTER_NAME.match(value):
+        raise click.BadParameter(f"{value!r} is not a cluster name (a directory name under clusters/: letters, "
+                                 "digits, '_', '.', '-')")
+    return value
+
+
+CLUSTER = click.option("--cluster", default=None, envvar="RECONCILER_CLUSTER", show_envvar=True,
+                       callback=_cluster_name,
+                       help="The cluster of a multi-cluster repository (clusters/NAME/ with its bases); "
+                            "docs/clusters.md.")
 
 
 def exit_with_errors(exc: DesiredStateError, where: str) -> NoReturn:
@@ -24,12 +40,13 @@ def exit_with_errors(exc: DesiredStateError, where: str) -> NoReturn:
     sys.exit(1)
 
 
-def load_or_exit(directory: str) -> LoadedState:
-    """Load a desired-state directory, or print every error and exit 1."""
+def load_or_exit(directory: str, cluster: str | None = None) -> LoadedState:
+    """Load a desired-state directory (CLUSTER: one cluster of a multi-cluster repository), or print every error
+    and exit 1."""
     try:
-        return load_dir(directory)
+        return load_state(directory, cluster)
     except DesiredStateError as exc:
-        exit_with_errors(exc, f"{directory}; nothing was applied.")
+        exit_with_errors(exc, f"{directory}{f' (cluster {cluster})' if cluster else ''}; nothing was applied.")
 
 
 def unlock_or_exit(loaded: LoadedState, directory: str, identity: str | None, required: bool) -> None:

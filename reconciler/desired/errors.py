@@ -63,6 +63,8 @@ class LoadedState:
     locations: dict[KeyPath, Location] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     commit: str | None = None
+    cluster: str | None = None  # the cluster of a multi-cluster repository (desired/clusters.py); None: the only one
+    trace: dict[KeyPath, list[Location]] = field(default_factory=dict)  # every layer that set a key, earliest first
 
     def where(self, path: KeyPath) -> Location | None:
         """Return the location of a key path, or of its nearest ancestor that has one."""

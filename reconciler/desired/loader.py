@@ -297,6 +297,13 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
     if not files:
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
     merged, locations = _merge(root, files, errors, limits)
+    state = validate_merged(root, merged, locations, errors)
+    return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)
+
+
+def validate_merged(root: Path, merged: dict[str, Any], locations: dict[KeyPath, Location],
+                    errors: list[ConfigError]) -> DesiredState:
+    """Validate merged data (ERRORS: those of reading it); raise DesiredStateError with every error, in order."""
     roots = len(errors)  # a file that did not load, a key defined twice: what the other errors may follow from
     errors.extend(ConfigError(loc, path, message) for loc, path, message in duplicate_names(merged, locations))
     state: DesiredState | None = None
@@ -320,9 +327,13 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
                   for path, msg in _secrets_outside(state, root))
         yaml_file = {int(path[1]): loc.file for path, loc in locations.items()
                      if len(path) == 2 and path[0] == "files" and isinstance(path[1], int)}
+        # merged layers: the file naming an item's `source:` may be a later layer than the one adding the item
+        yaml_file.update({int(path[1]): loc.file for path, loc in locations.items()
+                          if len(path) == 3 and path[0] == "files" and isinstance(path[1], int)
+                          and path[2] == "source"})
         errors.extend(ConfigError(_nearest(locations, path), path, msg)
                       for path, msg in read_sources(state, root, yaml_file))
-        munge_at = locations.get(("munge",))
+        munge_at = locations.get(("munge", "key_age")) or locations.get(("munge",))  # merged: key_age's own layer
         errors.extend(ConfigError(_nearest(locations, path), path, msg)
                       for path, msg in read_munge_age(state, root, munge_at.file if munge_at else None))
     if errors:
@@ -332,7 +343,7 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
             errors = [*errors[:MAX_ERRORS], ConfigError(None, (), f"... and {more} more error(s) not shown")]
         raise DesiredStateError(errors)
     assert state is not None
-    return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)
+    return state
 
 
 def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:

@@ -152,7 +152,8 @@ def render_pr_comment(report: PrPlan, *, limit: int = 65_536) -> str:
     head = "\n".join(_summary(report, own)) + "\n"
     hint = (f"\n> Diffs were shortened or left out to fit the comment limit. For the full plan: `git fetch origin "
             f"{report.fetch_ref} && git checkout FETCH_HEAD`, then `reconciler plan "
-            f"{report.subdir.strip('/') or '.'}` on a host that reaches the nodes.\n")
+            + (f"--cluster {report.cluster} " if report.cluster else "")
+            + f"{report.subdir.strip('/') or '.'}` on a host that reaches the nodes.\n")
 
     def sections(own_diffs: bool, drift_diffs: bool, budget: int | None = None) -> list[list[str]]:
         out = []

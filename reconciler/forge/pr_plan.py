@@ -7,7 +7,9 @@ plans it, and tells apart what the PR changes from drift the cluster already has
 re-planned and re-commented only when its head or the fingerprint of the facts changed.
 
 The parts: pr_git.py fetches and exports a PR head, pr_planning.py plans it, pr_comment.py renders the comment;
-this module is the daemon's loop over the open PRs and the record of what was reported.
+this module is the daemon's loop over the open PRs and the record of what was reported. In a multi-cluster
+repository (CLUSTER given) the daemon plans only its own cluster and writes only its own section of the comment
+(pr_clusters.py); a cached report is trusted only while that section is still in the comment.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import git
@@ -30,10 +33,11 @@ from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.report import MARKER
 from reconciler.facts.models import ClusterFacts
-from reconciler.forge.base import Forge, ForgeError, redact
+from reconciler.forge.base import Forge, ForgeError, PullRequest, Upserted, redact
+from reconciler.forge.pr_clusters import ClusterPr, is_current, report_cluster_pr
 from reconciler.forge.pr_comment import RENDER_VERSION, render_pr_comment
 from reconciler.forge.pr_git import PrFetchError, fetch_pr_head
-from reconciler.forge.pr_planning import build_pr_plan, plan_main
+from reconciler.forge.pr_planning import PrPlan, build_pr_plan, plan_main
 
 DEFAULT_LIMITS = Limits()  # per PR: CPU time, memory, wall clock (the daemon's config may set others)
 
@@ -125,6 +129,15 @@ def _prune_refs(repo: git.Repo, open_prs: set[int]) -> None:
             repo.git.update_ref("-d", ref)
 
 
+def _section_kept(forge: Forge, pr: PullRequest, cluster: str, fingerprint: str, log: Any) -> bool:
+    """True when the comment still holds CLUSTER's section as reported (a forge error: assume so, retry later)."""
+    try:
+        return is_current(forge, pr, cluster, pr.head_sha, fingerprint)
+    except ForgeError as exc:
+        log.warning("prs.comment_read_failed", pr=pr.number, error=str(exc), transient=exc.transient)
+        return True
+
+
 # ---------------------------------------------------------------- the daemon's entry point
 
 
@@ -132,14 +145,17 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
                          conn: sqlite3.Connection | None, checks_status: list[str], log: Any, *,
                          remote: str = "origin", drivers: Sequence[Driver] | None = None,
                          limits: Limits | None = DEFAULT_LIMITS,
-                         load_limits: LoadLimits | None = None) -> list[PrReportResult]:
+                         load_limits: LoadLimits | None = None,
+                         cluster: str | None = None) -> list[PrReportResult]:
     """Plan every open PR against this cycle's facts and upsert its comment, when its head or the facts changed.
 
     Each PR is validated and planned in a child process under LIMITS (None: in this process); one that
-    breaks them gets a comment naming the limit, and the next PR is planned.
+    breaks them gets a comment naming the limit, and the next PR is planned. CLUSTER: this daemon's cluster of
+    a multi-cluster repository (BASE is that cluster's state): only its section of each comment is written.
     """
     drivers = list(drivers) if drivers is not None else all_drivers()
     cache = ReportCache(conn)
+    ident = forge.ident if cluster is None else f"{forge.ident}#{cluster}"
     try:
         prs = forge.open_pull_requests()
     except ForgeError as exc:
@@ -149,8 +165,9 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
     main: tuple[Context, Plan] | None = None
     results = []
     for pr in sorted(prs, key=lambda p: p.number):
-        last = cache.get(forge.ident, pr.number)
-        if last is not None and last.head_sha == pr.head_sha and last.facts_fingerprint == fingerprint:
+        last = cache.get(ident, pr.number)
+        if last is not None and last.head_sha == pr.head_sha and last.facts_fingerprint == fingerprint \
+                and (cluster is None or _section_kept(forge, pr, cluster, fingerprint, log)):
             results.append(PrReportResult(pr.number, pr.head_sha, "skipped", comment_id=last.comment_id))
             continue
         try:
@@ -165,25 +182,35 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
             except Exception as exc:  # main's own plan failing is the daemon's to report; no PR can be judged
                 log.error("prs.main_plan_failed", error=f"{type(exc).__name__}: {exc}")
                 return results
-        report = build_pr_plan(repo, subdir, pr, sha, facts, main[0], main[1], drivers, checks_status,
-                               forge.pr_ref(pr.number), limits=limits, load_limits=load_limits)
-        if report.status == "limits":
+        report: PrPlan | None
+        write: Callable[[], Upserted]
+        if cluster is None:
+            report = build_pr_plan(repo, subdir, pr, sha, facts, main[0], main[1], drivers, checks_status,
+                                   forge.pr_ref(pr.number), limits=limits, load_limits=load_limits)
+            body = render_pr_comment(report, limit=min(forge.comment_limit, 65_536) - 1)
+            verdict = report.verdict()
+            write = partial(forge.upsert_comment, pr, body, MARKER)
+        else:
+            job = ClusterPr(cluster, facts, main[0], main[1], drivers, checks_status, fingerprint, limits,
+                            load_limits)
+            verdict, write, report = report_cluster_pr(repo, subdir, forge, pr, sha, job)
+        if report is not None and report.status == "limits":
             log.warning("prs.over_limits", pr=pr.number, sha=sha[:12], error=report.errors[0][:300])
-        body = render_pr_comment(report, limit=min(forge.comment_limit, 65_536) - 1)
         try:
-            upserted = forge.upsert_comment(pr, body, MARKER)
+            upserted: Upserted = write()
         except (ForgeError, ValueError) as exc:
             transient = isinstance(exc, ForgeError) and exc.transient
             log.warning("prs.comment_failed", pr=pr.number, error=str(exc), transient=transient)
-            results.append(PrReportResult(pr.number, sha, "failed", verdict=report.verdict(), error=str(exc)))
+            results.append(PrReportResult(pr.number, sha, "failed", verdict=verdict, error=str(exc)))
             continue
-        cache.put(forge.ident, pr.number, Reported(sha, fingerprint, upserted.comment.id))
-        log.info("prs.reported", pr=pr.number, sha=sha[:12], verdict=report.verdict(), comment=upserted.action,
-                 chars=len(body))
-        results.append(PrReportResult(pr.number, sha, upserted.action, verdict=report.verdict(),
+        cache.put(ident, pr.number, Reported(sha, fingerprint, upserted.comment.id))
+        log.info("prs.reported", pr=pr.number, sha=sha[:12], verdict=verdict, comment=upserted.action,
+                 chars=len(body if cluster is None else upserted.comment.body),
+                 **({"cluster": cluster} if cluster else {}))
+        results.append(PrReportResult(pr.number, sha, upserted.action, verdict=verdict,
                                       comment_id=upserted.comment.id))
     open_numbers = {p.number for p in prs}
-    cache.forget_closed(forge.ident, open_numbers)
+    cache.forget_closed(ident, open_numbers)
     try:
         _prune_refs(repo, open_numbers)
     except git.GitCommandError as exc:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import git
 
 from reconciler.common.isolate import ChildFailed, LimitExceeded, Limits, run_limited
+from reconciler.desired.clusters import load_cluster
 from reconciler.desired.loader import OVER_LIMITS, DesiredStateError, LoadedState, LoadLimits, load_dir
 from reconciler.desired.source import describe_source
 from reconciler.drivers import Driver
@@ -42,6 +43,7 @@ class PrPlan:
     checks: list[str] = field(default_factory=list)
     base_commit: str | None = None
     fetch_ref: str = ""
+    cluster: str | None = None  # the cluster planned, in a multi-cluster repository
 
     @property
     def own(self) -> list[Change]:
@@ -145,10 +147,13 @@ def plan_main(base: LoadedState, facts: ClusterFacts, drivers: Sequence[Driver])
 
 def _load_and_plan(root: Path, sha: str, subdir: str, facts: ClusterFacts, main_plan: Plan,
                    drivers: Sequence[Driver], source: str, load_limits: LoadLimits | None,
-                   base: DesiredState | None = None) -> tuple[Status, list[str], Plan | None]:
-    """Validate and plan an exported PR tree: the part that runs the PR's input, isolated by the caller."""
+                   base: DesiredState | None = None,
+                   cluster: str | None = None) -> tuple[Status, list[str], Plan | None]:
+    """Validate and plan an exported PR tree (CLUSTER of it, in a multi-cluster repository): the part that runs
+    the PR's input, isolated by the caller."""
     try:
-        loaded = load_dir(root, commit=sha, limits=load_limits)
+        loaded = (load_dir(root, commit=sha, limits=load_limits) if cluster is None
+                  else load_cluster(root, cluster, commit=sha, limits=load_limits))
     except DesiredStateError as exc:
         errors = display_errors(exc, root, subdir)
         over = [e for e in errors if f": {OVER_LIMITS}: " in e]
@@ -162,8 +167,9 @@ def _load_and_plan(root: Path, sha: str, subdir: str, facts: ClusterFacts, main_
 def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts: ClusterFacts,
                   main_ctx: Context, main_plan: Plan, drivers: Sequence[Driver], checks: list[str],
                   fetch_ref: str = "", limits: Limits | None = None,
-                  load_limits: LoadLimits | None = None) -> PrPlan:
-    """Export, validate and plan one PR head (already fetched) against the live facts.
+                  load_limits: LoadLimits | None = None, cluster: str | None = None) -> PrPlan:
+    """Export, validate and plan one PR head (already fetched; only CLUSTER of a multi-cluster repository)
+    against the live facts.
 
     The tree is exported here (Git reads only, sizes bounded); validating and planning it, the part that
     parses what the PR author wrote, runs in a child process under LIMITS (reconciler/common/isolate.py) when
@@ -172,7 +178,7 @@ def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts:
     name = PurePosixPath(subdir.strip("/")).name or Path(repo.working_dir or ".").name
     result = PrPlan(number=pr.number, head_sha=sha, head_ref=pr.head_ref, subdir=subdir, status="ok",
                     main_plan=main_plan, checks=list(checks), base_commit=main_ctx.loaded.commit,
-                    fetch_ref=fetch_ref or f"refs/pull/{pr.number}/head")
+                    fetch_ref=fetch_ref or f"refs/pull/{pr.number}/head", cluster=cluster)
     with tempfile.TemporaryDirectory(prefix="reconciler-pr-") as tmp:
         root = Path(tmp) / name
         try:
@@ -181,7 +187,8 @@ def build_pr_plan(repo: git.Repo, subdir: str, pr: PullRequest, sha: str, facts:
             result.status = "invalid"
             result.errors = display_errors(exc, root, subdir)
             return result
-        args = (root, sha, subdir, facts, main_plan, drivers, f"{name} @ {sha[:12]}", load_limits, main_ctx.state)
+        args = (root, sha, subdir, facts, main_plan, drivers, f"{name} @ {sha[:12]}", load_limits, main_ctx.state,
+                cluster)
         try:
             result.status, result.errors, result.plan = (
                 run_limited(_load_and_plan, args, limits) if limits is not None else _load_and_plan(*args))

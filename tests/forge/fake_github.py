@@ -15,7 +15,9 @@ PyGithub (and our Gitea client) run unmodified against it:
 - 401 `Bad credentials` without `Authorization: token T` or `Bearer T`;
 - `x-ratelimit-*` headers on every response; injectable faults for the next N requests: a primary rate
   limit (403, `x-ratelimit-remaining: 0`, `x-ratelimit-reset`), a secondary one (429 with `Retry-After`),
-  or a server error (5xx).
+  or a server error (5xx);
+- hooks: a function run (once) just before the Nth request of a method and path is served, e.g. another
+  daemon writing the comment between our read and our write.
 
 Every request is recorded (method, path, query, status) for the tests to inspect.
 """
@@ -27,7 +29,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +48,17 @@ class Fault:
     body: dict[str, Any]
     methods: frozenset[str] | None = None  # None: any method
     after: bool = False  # process the request, then answer with this (a 502 from a proxy after the write)
+
+
+@dataclass
+class Hook:
+    """A function to run once, just before the NTH matching request (counted from now) is served."""
+
+    method: str
+    path_suffix: str
+    fn: Callable[[], None]
+    nth: int = 1
+    seen: int = 0
 
 
 @dataclass
@@ -71,6 +84,7 @@ class FakeGitHub:
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
     rate_remaining: int = 5000
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1001))
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -112,6 +126,12 @@ class FakeGitHub:
         fault = Fault(status, headers or {}, body or {"message": "Server Error"},
                       frozenset(methods) if methods else None, after)
         self.faults.extend([fault] * times)
+
+    def before(self, method: str, path_suffix: str, fn: Callable[[], None], nth: int = 1) -> None:
+        """Run FN once just before the NTH request of METHOD to a path ending in PATH_SUFFIX is served (the
+        client waits meanwhile: FN may make requests of its own, served by other threads)."""
+        with self._lock:
+            self.hooks.append(Hook(method, path_suffix, fn, nth))
 
     def inject_primary_rate_limit(self, times: int = 1, reset_in: int = 2, status: int = 403) -> None:
         """GitHub's primary rate limit: 403 (or 429), x-ratelimit-remaining 0, reset as epoch seconds."""
@@ -235,6 +255,16 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         self._status = 0
         self._override: Fault | None = None
+        with state._lock:
+            due = []
+            for hook in list(state.hooks):
+                if hook.method == method and parsed.path.endswith(hook.path_suffix):
+                    hook.seen += 1
+                    if hook.seen == hook.nth:
+                        state.hooks.remove(hook)
+                        due.append(hook)
+        for hook in due:
+            hook.fn()
         try:
             self._route(method, parsed.path, query, raw)
         finally:

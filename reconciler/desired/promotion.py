@@ -1,0 +1,103 @@
+"""Read a multi-cluster repository's `promotion.yaml`: which cluster takes a commit after which, and the soak.
+
+    promotion:
+      production: {after: staging, soak: 30m}
+
+Validated at file:line: `after` names another cluster of the repository, a cluster has one `after` (a mapping
+key cannot repeat), and the chain of `after`s has no cycle.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, Location, nearest
+from reconciler.desired.layout import cluster_names
+from reconciler.desired.loader import _parse_file, _pydantic_errors
+from reconciler.model import parse_duration
+
+PROMOTION_FILE = "promotion.yaml"
+MAX_SOAK = timedelta(days=7)
+
+
+def _soak(value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"a duration is needed here (e.g. 30m, 2h), got {value!r}")
+    seconds = parse_duration(value)
+    if not timedelta(0) <= timedelta(seconds=seconds) <= MAX_SOAK:
+        raise ValueError(f"must be between 0s and 7d, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+class PromotionRule(BaseModel):
+    """A cluster applies a commit only after cluster `after` applied it and stayed healthy for `soak`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after: str
+    soak: Annotated[timedelta, BeforeValidator(_soak)] = timedelta(0)
+
+
+class _PromotionFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    promotion: dict[str, PromotionRule] = {}
+
+
+def read_promotion(root: str | Path, clusters: list[str] | None = None) -> dict[str, PromotionRule]:
+    """The promotion rules of the repository at ROOT by cluster ({} without promotion.yaml); DesiredStateError
+    with file:line when one is wrong. CLUSTERS: the repository's clusters (default: read from ROOT)."""
+    root = Path(root)
+    path = root / PROMOTION_FILE
+    if not path.is_file():
+        return {}
+    errors: list[ConfigError] = []
+    locations: dict[KeyPath, Location] = {}
+    doc = _parse_file(path, PROMOTION_FILE, errors, None, locations)
+    if errors:
+        raise DesiredStateError(errors)
+    try:
+        rules = _PromotionFile.model_validate(doc if doc is not None else {}).promotion
+    except ValidationError as exc:
+        raise DesiredStateError(_pydantic_errors(exc, locations)) from None
+    known = cluster_names(root) if clusters is None else clusters
+    for name, rule in rules.items():
+        if name not in known:
+            errors.append(ConfigError(nearest(locations, ("promotion", name)), ("promotion", name),
+                                      f"no cluster {name!r} in this repository (clusters: {', '.join(known)})"))
+        if rule.after not in known:
+            where: KeyPath = ("promotion", name, "after")
+            errors.append(ConfigError(nearest(locations, where), where, f"after: no cluster {rule.after!r} in this "
+                                      f"repository (clusters: {', '.join(known) or 'none'})"))
+        elif rule.after == name:
+            where = ("promotion", name, "after")
+            errors.append(ConfigError(nearest(locations, where), where, "a cluster cannot come after itself"))
+    errors.extend(_cycles(rules, locations))
+    if errors:
+        raise DesiredStateError(errors)
+    return rules
+
+
+def _cycles(rules: dict[str, PromotionRule], locations: dict[KeyPath, Location]) -> list[ConfigError]:
+    """One error per cycle of `after`s (a cluster waiting, through others, on itself), at its first member."""
+    errors: list[ConfigError] = []
+    reported: set[str] = set()
+    for start in sorted(rules):
+        chain, at = [start], rules[start].after
+        while at in rules and at not in chain:
+            chain.append(at)
+            at = rules[at].after
+        if at in chain:
+            cycle = chain[chain.index(at):]
+            if len(cycle) > 1 and not reported & set(cycle):
+                reported |= set(cycle)
+                where: KeyPath = ("promotion", cycle[0], "after")
+                errors.append(ConfigError(nearest(locations, where), where, "promotion cycle: "
+                                          + " -> ".join([*cycle, cycle[0]]) + " (each waits on the next)"))
+    return errors
