@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from reconciler.cli.support import exit_with_errors
-from reconciler.daemon import upgrade_view
+from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.desired.loader import DesiredStateError
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
@@ -181,6 +181,9 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "ha": store.get(HA_KEY),
             "ha_takeover": store.get("ha_takeover"),
         }
+        promotion = promotion_view.load(store)
+        if promotion["cluster"]:  # a cluster of a multi-cluster repository: its promotion too
+            data.update(promotion)
     finally:
         store.close()
     data["upgrade"] = upgrade_view.status_json(data["rollout_in_flight"], data["last_rollout"])
@@ -213,6 +216,8 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
 
         click.echo(f"role:           {role_line(data['ha'])}")
     click.echo(f"applied commit: {(data['applied_commit'] or '-')[:12]}  at {_when(data['applied_at'])}")
+    for line in promotion_view.status_lines(data):
+        click.echo(line)
     if head:
         click.echo(f"newest commit:  {head['commit'][:12]}  {head['status']}")
         for error in head.get("errors", []):

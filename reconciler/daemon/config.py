@@ -234,6 +234,11 @@ class DaemonConfig(Strict):
                                      "directory) that decrypts the desired state's .age files on this node")
     ha: HAConfig | None = Field(default=None, description="Run as one of two daemons on two login nodes (leader "
                                 "election with fencing); absent: a single daemon")
+    cluster: str | None = Field(default=None, description="The cluster of a multi-cluster repository this daemon "
+                                "reconciles (clusters/<name>/); required there, absent for a single-cluster one")
+    promotion_sources: dict[str, str] = Field(default_factory=dict, description="Cluster name -> base URL of its "
+                                              "daemon's listener (metrics_listen), asked for /promotion.json when "
+                                              "promotion.yaml puts this cluster after it")
 
 
     @model_validator(mode="after")
@@ -243,6 +248,14 @@ class DaemonConfig(Strict):
         if self.signing and self.watch:
             raise ValueError("signing needs a repository, not a watched directory")
         return self
+
+    @field_validator("promotion_sources")
+    @classmethod
+    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not re.match(r"^https?://[^/@\s]+(/.*)?$", url):
+                raise ValueError(f"{name}: must be http(s)://host:port without credentials, got {url!r}")
+        return {name: url.rstrip("/") for name, url in value.items()}
 
     @field_validator("metrics_listen")
     @classmethod

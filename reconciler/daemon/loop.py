@@ -2,7 +2,8 @@
 
 This module is the cycle itself; the loop's other jobs are its base classes: loop_core (state, role in a pair,
 notifications), loop_source (the target), loop_checks (drift and health-check scheduling), loop_prs (PR reports),
-loop_apply (applies, rollouts, run records). Target and LoopState live in loop_state.
+loop_apply (applies, rollouts, run records), loop_promotion (the promotion gate of a multi-cluster
+repository). Target and LoopState live in loop_state.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import structlog
 from reconciler.common import clock
 from reconciler.daemon import notify
 from reconciler.daemon.leadership import MirroredJournal, fenced, mirror
-from reconciler.daemon.loop_apply import Applying
 from reconciler.daemon.loop_checks import Schedules
 from reconciler.daemon.loop_core import new_run_id
+from reconciler.daemon.loop_promotion import Promoting
 from reconciler.daemon.loop_state import LoopState, Target
 from reconciler.daemon.rollouts import outcome_of
 from reconciler.daemon.store import PENDING_FOLLOWUPS
@@ -33,7 +34,7 @@ from reconciler.engine.run import Reconcile, open_reconcile
 __all__ = ["LoopState", "Reconciler", "Target"]
 
 
-class Reconciler(Applying, Schedules):
+class Reconciler(Promoting, Schedules):
     """One daemon's reconcile logic; `cycle()` is called by the process loop."""
 
     # ------------------------------------------------------------ one cycle
@@ -54,6 +55,10 @@ class Reconciler(Applying, Schedules):
         journal = MirroredJournal(self.store, self.ha).load()
         if journal is not None and self.mode == "enforce":
             return self.recover(journal)
+        if self.config.cluster is not None:  # promotion.yaml may hold the commit back (loop_promotion.py)
+            target = self._promote(target)
+            if target is None:
+                return None
         rolled_back = self.store.rolled_back()
         if target.commit in rolled_back:
             if self.state.skipped != target.commit:

@@ -37,7 +37,7 @@ class PrReports(LoopCore):
                 return
         results = report_pull_requests(repo, self.config.repository.subdir, self.forge, facts,
                                        loaded, store.conn, self._checks_status(store), log,
-                                       limits=self.config.forge.plan_limits.limits())
+                                       limits=self.config.forge.plan_limits.limits(), cluster=self.config.cluster)
         if results:
             log.info("prs.done", **{status: sum(r.status == status for r in results)
                                     for status in {r.status for r in results}})

@@ -14,7 +14,8 @@ from reconciler.daemon.loop_core import LoopCore, new_run_id
 from reconciler.daemon.loop_state import Target
 from reconciler.daemon.watched import content_hash
 from reconciler.desired.agesecrets import has_encrypted, require_identity, unlock
-from reconciler.desired.loader import DesiredStateError, LoadedState, load_dir
+from reconciler.desired.clusters import load_state, read_promotion
+from reconciler.desired.loader import DesiredStateError, LoadedState
 from reconciler.model import SSHDefaults
 
 
@@ -110,7 +111,9 @@ class TargetSource(LoopCore):
     def _load(self, directory: Path, commit: str | None = None) -> LoadedState:
         """Load a desired state and decrypt its .age files with `age_identity` (DesiredStateError, with file:line,
         for a wrong key, a damaged file, or no identity configured: the commit is then invalid, nothing applied)."""
-        loaded = load_dir(directory, commit=commit)
+        loaded = load_state(directory, self.config.cluster, commit=commit)
+        if self.config.cluster is not None:
+            read_promotion(directory)  # a wrong promotion.yaml makes the commit invalid (file:line errors)
         if has_encrypted(loaded.state):
             if self.age_identity is None or self.age_identities is None:
                 require_identity(loaded)

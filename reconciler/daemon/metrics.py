@@ -114,9 +114,10 @@ class Metrics:
         self._upgrade_lock = threading.Lock()
 
     def serve(self, listen: str, page: Callable[[], str] | None = None,
-              runs: Callable[[int], str] | None = None, upgrade: Callable[[], dict[str, Any] | None] | None = None
-              ) -> Any:
-        """Serve /metrics (PAGE's HTML at /, RUNS' JSON at /runs.json) on host:port in a thread; return the server.
+              runs: Callable[[int], str] | None = None, upgrade: Callable[[], dict[str, Any] | None] | None = None,
+              promotion: Callable[[], str] | None = None) -> Any:
+        """Serve /metrics (PAGE's HTML at /, RUNS' JSON at /runs.json, PROMOTION's at /promotion.json) on host:port
+        in a thread; return the server.
 
         UPGRADE, when given, is read at each scrape (the upgrade's journal record) for reconciler_node_upgrade_state.
         """
@@ -127,8 +128,8 @@ class Metrics:
             address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
         refresh = (lambda: self.set_upgrade(upgrade())) if upgrade is not None else None
-        httpd = make_server(host, int(port), wsgi_app(self.registry, page, runs, refresh, self._upgrade_lock), Server,
-                            handler_class=_QuietHandler)
+        app = wsgi_app(self.registry, page, runs, refresh, self._upgrade_lock, promotion)
+        httpd = make_server(host, int(port), app, Server, handler_class=_QuietHandler)
         threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http").start()
         return httpd
 
@@ -185,8 +186,10 @@ SECURITY_HEADERS = [("Content-Security-Policy", "default-src 'none'; style-src '
 
 def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None,
              runs: Callable[[int], str] | None = None, refresh: Callable[[], None] | None = None,
-             lock: threading.Lock | None = None) -> Callable[..., Iterable[bytes]]:
-    """The listener's WSGI app: /metrics, / the status page, /runs.json (for a pair's peer); read-only.
+             lock: threading.Lock | None = None, promotion: Callable[[], str] | None = None
+             ) -> Callable[..., Iterable[bytes]]:
+    """The listener's WSGI app: /metrics, / the status page, /runs.json (for a pair's peer), /promotion.json (for
+    the next cluster's daemon: reconciler/daemon/promotion_http.py); read-only.
 
     REFRESH runs before each /metrics answer (under LOCK, so two scrapes never see each other's half-set gauge).
     """
@@ -222,6 +225,13 @@ def wsgi_app(registry: CollectorRegistry, page: Callable[[], str] | None,
                 body, status = runs(min(limit, 500)).encode(), "200 OK"
             except Exception as exc:  # noqa: BLE001
                 body, status = f"runs unavailable: {type(exc).__name__}\n".encode(), "500 Internal Server Error"
+            start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [] if method == "HEAD" else [body]
+        if path == "/promotion.json" and promotion is not None:
+            try:
+                body, status = promotion().encode(), "200 OK"
+            except Exception as exc:  # noqa: BLE001 - the next cluster then waits and says why
+                body, status = f"promotion unavailable: {type(exc).__name__}\n".encode(), "500 Internal Server Error"
             start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [] if method == "HEAD" else [body]
         start_response("404 Not Found", [("Content-Type", "text/plain")])

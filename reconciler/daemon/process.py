@@ -140,6 +140,10 @@ class Daemon:
             self.log.error("config.reload_failed", errors=["ha cannot change without a restart (the lease and the "
                                                            "fence go with the process)"])
             return
+        if new.cluster != self.config.cluster:
+            self.log.error("config.reload_failed", errors=["cluster cannot change without a restart (the state "
+                                                           "database belongs to one cluster)"])
+            return
         try:
             notifier = Notifier(new.notifications, self.config_path.parent) if new.notifications else None
         except NotifyConfigError as exc:
@@ -183,7 +187,8 @@ class Daemon:
         server: Any = None
         if self.config.metrics_listen:
             server = metrics.serve(self.config.metrics_listen, self._status_page if self.config.status_page else None,
-                                   self._runs_json, self._upgrade)
+                                   self._runs_json, self._upgrade,
+                                   self._promotion_json if self.config.cluster else None)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
         reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
         reconciler.sessions = Sessions(float(self.config.seconds("ssh_idle_timeout")))
@@ -241,6 +246,12 @@ class Daemon:
         from reconciler.daemon.peers import runs_json
 
         return runs_json(self.config.state_path / "state.db", self._daemon_name(), limit)
+
+    def _promotion_json(self) -> str:
+        """/promotion.json: what this cluster applied, rolled back and how healthy it is, for the next cluster."""
+        from reconciler.daemon.promotion_http import answer_json
+
+        return answer_json(self.config.state_path / "state.db", self.config.cluster)
 
     def _source_text(self) -> str:
         if self.config.repository:

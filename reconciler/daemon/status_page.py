@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.daemon import upgrade_view
+from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
@@ -90,6 +90,7 @@ class Snapshot:
     daemon: str | None = None  # this daemon's name in a pair: the runs table then shows both daemons' runs
     peer_runs: list[tuple[str, RunRecord]] = field(default_factory=list)
     peer_errors: dict[str, str] = field(default_factory=dict)  # peer -> why its runs are missing
+    promotion: dict[str, Any] | None = None  # cluster, promotion decision, lags (promotion_view.load)
 
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
@@ -107,6 +108,7 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.rollout_in_flight = store.get(JOURNAL_KEY)
         snap.rollouts, snap.rolled_back = store.rollouts(MAX_ROLLOUTS), store.rolled_back()
         snap.ha = store.get(HA_KEY)
+        snap.promotion = promotion_view.load(store)
         drained = store.get(DRAINED_KEY) or {}
         snap.drained_at = drained.get("at")
         snap.drained = [DrainedNode(d["node"], d["state"], d.get("reason")) for d in drained.get("nodes", [])]
@@ -442,8 +444,8 @@ svg.busbw .grid{stroke:#e5e5e5}svg.busbw text{font-size:11px;fill:#555}
 def render(snapshot: Snapshot) -> str:
     """The whole page."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snapshot.generated))
-    body = "".join([_source_section(snapshot), _rollout_section(snapshot), _runs_section(snapshot),
-                    _drift_section(snapshot),
+    body = "".join([_source_section(snapshot), promotion_view.section(snapshot.promotion),
+                    _rollout_section(snapshot), _runs_section(snapshot), _drift_section(snapshot),
                     _checks_section(snapshot), _gpu_faults_section(snapshot), _drained_section(snapshot),
                     _busbw_section(snapshot)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -1,0 +1,128 @@
+"""The reconcile loop's promotion gate: a cluster with `after:` in promotion.yaml applies only what the earlier
+cluster's daemon promoted (promotion.py decides, promotion_http.py asks), and journals what it holds back and why."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import git
+
+from reconciler.common import clock
+from reconciler.daemon.loop_apply import Applying
+from reconciler.daemon.loop_state import Target
+from reconciler.daemon.promotion import Decision, Upstream, decide, journal
+from reconciler.daemon.promotion_http import (
+    CLUSTER_KEY,
+    PROMOTION_KEY,
+    fetch,
+    note_applied,
+    note_promoted,
+)
+from reconciler.desired.errors import DesiredStateError
+from reconciler.desired.layout import cluster_names
+from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_promotion
+
+MAX_LINEAGE = 1000  # commits of the branch head's history considered for promotion
+
+
+class Promoting(Applying):
+    """Hold a commit back until the earlier cluster promoted it; remember what each cluster applied, and when."""
+
+    def _promote(self, target: Target) -> Target | None:
+        """The target this cluster may reconcile now: TARGET, an older promoted commit, the applied one, or None."""
+        cluster = self.config.cluster
+        if cluster is None or self.source is None:
+            return target
+        if self.store.get(CLUSTER_KEY) != cluster:
+            self.store.set(CLUSTER_KEY, cluster)
+        try:
+            rule = self._rule_in_force(target, cluster)
+        except (DesiredStateError, OSError) as exc:  # validated with the commit: a file changed under the daemon?
+            self.log.error("promotion.unreadable", error=str(exc)[:500], keeping=self.state.applied)
+            held = Decision(None, target.commit, "promotion-unreadable", f"promotion.yaml: {str(exc)[:300]}")
+            previous = self.store.get(PROMOTION_KEY) or {}
+            self.store.set(PROMOTION_KEY, journal(previous, held, after=previous.get("after") or "?",
+                                                  source=previous.get("source"), unreachable=None))
+            return self._target_of(self.state.applied) if self.state.applied else None  # never ungated
+        if rule is None:
+            if self.store.get(PROMOTION_KEY) is not None:
+                self.store.set(PROMOTION_KEY, None)  # promotion.yaml no longer names this cluster
+            return target
+        url = self.config.promotion_sources.get(rule.after)
+        upstream: Upstream | None = None
+        unreachable: str | None = None
+        if target.commit == self.state.applied:
+            pass  # nothing to promote: the earlier daemon need not be asked
+        elif url is None:
+            unreachable = f"the daemon config has no promotion_sources entry for {rule.after}"
+        else:
+            try:
+                upstream = fetch(url)
+            except (OSError, ValueError) as exc:
+                unreachable = f"{type(exc).__name__}: {exc}"[:300]
+            if upstream is not None and upstream.cluster != rule.after:
+                unreachable = f"the daemon at {url} reconciles cluster {upstream.cluster}, not {rule.after}"
+                upstream = None
+        previous = self.store.get(PROMOTION_KEY) or {}
+        rejected = dict(previous.get("rejected") or {})
+        lineage = self.source.repo.git.rev_list(f"--max-count={MAX_LINEAGE}", target.commit).split()
+        decision = decide(target.commit, self.state.applied, lineage, upstream, rule.soak.total_seconds(),
+                          after=rule.after, unreachable=unreachable, rejected=rejected)
+        if upstream is not None:  # remember the earlier cluster's rollbacks of this branch: never applied here
+            rejected.update({c: {"gate": why.get("gate"), "message": why.get("message"), "at": why.get("at")}
+                             for c, why in upstream.rolled_back.items() if c in lineage})
+        record = journal(previous, self._local_times(decision, upstream), after=rule.after, source=url,
+                         unreachable=unreachable, rejected=rejected)
+        self.store.set(PROMOTION_KEY, record)
+        if (previous.get("holding"), previous.get("reason"), previous.get("apply")) != \
+                (record["holding"], record["reason"], record["apply"]):
+            self.log.info("promotion.decision", after=rule.after, apply=decision.apply, holding=decision.holding,
+                          reason=decision.reason, message=decision.message)
+        if decision.apply is None or decision.apply == self.state.applied:
+            if target.commit == self.state.applied:
+                return target
+            return self._target_of(self.state.applied) if self.state.applied else None
+        if decision.apply == target.commit:
+            return target
+        return self._target_of(decision.apply)
+
+    def _rule_in_force(self, target: Target, cluster: str) -> PromotionRule | None:
+        """This cluster's rule in TARGET's promotion.yaml, or else in the applied commit's: a commit that drops the
+        rule (or the file) is itself promoted under the rule it drops."""
+        rule = read_promotion(target.loaded.root).get(cluster)
+        if rule is not None or not self.state.applied or self.source is None:
+            return rule
+        subdir = self.source.cfg.subdir
+        try:
+            text = self.source.repo.git.show(f"{self.state.applied}:{subdir + '/' if subdir else ''}{PROMOTION_FILE}")
+        except git.GitCommandError:  # the applied commit had no promotion.yaml
+            return None
+        with tempfile.TemporaryDirectory() as scratch:
+            (Path(scratch) / PROMOTION_FILE).write_text(text + "\n")
+            rules = read_promotion(scratch, clusters=cluster_names(target.loaded.root))
+        return rules.get(cluster)
+
+    @staticmethod
+    def _local_times(decision: Decision, upstream: Upstream | None) -> Decision:
+        """The decision with the earlier cluster's apply time on this daemon's clock (its clock's offset removed)."""
+        if upstream is None or decision.upstream_applied_at is None:
+            return decision
+        offset = time.time() - upstream.now
+        return Decision(decision.apply, decision.holding, decision.reason, decision.message, decision.remaining,
+                        decision.upstream_applied_at + offset)
+
+    def _mark_applied(self, target: Target) -> None:
+        """As Applying's, and with `cluster:` set: the applied log (the next cluster's verdict), the promotion lag."""
+        super()._mark_applied(target)
+        if self.config.cluster is None or target.commit.startswith("local:"):
+            return
+        now = clock.wall()
+        checks = target.loaded.state.checks
+        expects = bool(self.config.checks_after_apply and (checks.node or checks.nccl))
+        note_applied(self.store, target.commit, now, expects)
+        promotion: dict[str, Any] = self.store.get(PROMOTION_KEY) or {}
+        if promotion.get("apply") == target.commit and promotion.get("upstream_applied_at") is not None:
+            note_promoted(self.store, target.commit, float(promotion["upstream_applied_at"]), now)

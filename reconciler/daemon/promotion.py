@@ -1,0 +1,151 @@
+"""Promotion between clusters: which commit this cluster may apply, decided from the earlier cluster's answer.
+
+Pure: the earlier cluster's daemon answers /promotion.json (promotion_http.py builds and fetches it); this module
+reads that answer and decides. A commit is promoted once the earlier cluster applied it, was clean (no failing
+health check) for the soak since, and never rolled it back; only commits of this cluster's branch count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# Why a commit is held back (the journal's and the status's `reason`).
+NOT_APPLIED, SOAKING, UNHEALTHY, ROLLED_BACK, SUPERSEDED, UNREACHABLE, UNCHECKED = (
+    "not-applied-upstream", "soaking", "unhealthy-upstream", "rolled-back-upstream", "superseded-upstream",
+    "upstream-unreachable", "checks-pending-upstream")
+
+
+@dataclass(frozen=True)
+class AppliedUpstream:
+    """One commit the earlier cluster applied: when, until when (a newer one replaced it), clean since when."""
+
+    applied_at: float
+    until: float | None = None
+    clean_since: float | None = None  # None: a health check failed after the apply and never passed again
+    checks: bool = False  # the earlier cluster's desired state has health checks, run after an apply
+    checked: bool = True  # a health check ran there after this apply
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The earlier cluster's answer (/promotion.json), times on its own clock."""
+
+    cluster: str
+    now: float
+    applied_commit: str | None = None
+    applied: dict[str, AppliedUpstream] = field(default_factory=dict)
+    rolled_back: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failing: list[str] = field(default_factory=list)  # its latest failing health checks, one line each
+
+
+def parse_upstream(data: Any) -> Upstream:
+    """An Upstream from the decoded /promotion.json; ValueError when it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("cluster"), str):
+        raise ValueError("not a promotion answer (no `cluster`)")
+    try:
+        applied = {str(commit): AppliedUpstream(float(item["applied_at"]),
+                                                None if item.get("until") is None else float(item["until"]),
+                                                None if item.get("clean_since") is None else float(item["clean_since"]),
+                                                bool(item.get("checks", False)), bool(item.get("checked", True)))
+                   for commit, item in dict(data.get("applied") or {}).items()}
+        rolled = {str(c): dict(why or {}) for c, why in dict(data.get("rolled_back") or {}).items()}
+        return Upstream(cluster=data["cluster"], now=float(data["now"]), applied_commit=data.get("applied_commit"),
+                        applied=applied, rolled_back=rolled, failing=[str(f) for f in data.get("failing") or []])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"malformed promotion answer: {type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one commit may be applied here, and if not, why."""
+
+    ok: bool
+    reason: str = ""
+    message: str = ""
+    remaining: float | None = None  # seconds of soak left (reason `soaking`)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What this cluster does now: apply a promoted commit (or keep its own), and what it holds back and why."""
+
+    apply: str | None  # the commit to apply now; None: keep the applied one
+    holding: str | None = None  # the branch head held back (None: nothing is)
+    reason: str = ""
+    message: str = ""
+    remaining: float | None = None
+    upstream_applied_at: float | None = None  # when the earlier cluster applied `apply` (its clock)
+
+
+def judge(commit: str, upstream: Upstream, soak: float, rejected: dict[str, Any] | None = None) -> Verdict:
+    """Whether the earlier cluster's answer promotes COMMIT (REJECTED: rollbacks it reported before)."""
+    after = upstream.cluster
+    why = upstream.rolled_back.get(commit) or (rejected or {}).get(commit)
+    if why is not None:
+        gate = f" (gate {why.get('gate')}: {why.get('message')})" if why.get("gate") else ""
+        return Verdict(False, ROLLED_BACK, f"{after} rolled it back{gate}: never applied here")
+    record = upstream.applied.get(commit)
+    if record is None:
+        at = f"; {after} is at {upstream.applied_commit[:12]}" if upstream.applied_commit else ""
+        return Verdict(False, NOT_APPLIED, f"waiting for {after} to apply it{at}")
+    end = record.until if record.until is not None else upstream.now
+    if record.until is None and upstream.failing:
+        return Verdict(False, UNHEALTHY, f"{after} is unhealthy ({'; '.join(upstream.failing[:3])}): the soak "
+                       "starts again once its checks pass")
+    if record.clean_since is None:
+        return Verdict(False, UNHEALTHY, f"{after} was unhealthy while it ran this commit")
+    if record.checks and not record.checked:
+        return Verdict(False, UNCHECKED, f"waiting for {after}'s health checks to run after it applied it")
+    elapsed = end - max(record.applied_at, record.clean_since)
+    if elapsed >= soak:
+        return Verdict(True)
+    if record.until is not None:
+        return Verdict(False, SUPERSEDED, f"{after} moved on to a newer commit after {elapsed:.0f}s of the "
+                       f"{soak:.0f}s soak")
+    remaining = soak - elapsed
+    return Verdict(False, SOAKING, f"soaking on {after}: {remaining:.0f}s of {soak:.0f}s left", remaining)
+
+
+def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstream | None, soak: float, *,
+           after: str, unreachable: str | None = None, rejected: dict[str, Any] | None = None) -> Decision:
+    """What to apply of this cluster's branch.
+
+    HEAD: the branch head (validated); APPLIED: this cluster's applied commit; LINEAGE: HEAD's history, newest
+    first (`git rev-list HEAD`); UPSTREAM: the earlier cluster's answer, None when it could not be had (UNREACHABLE
+    says why). The newest commit of LINEAGE newer than APPLIED that the answer promotes is applied; HEAD, when not
+    promoted itself, is held back with its reason.
+    """
+    if head == applied:
+        return Decision(None)
+    if upstream is None:
+        return Decision(None, head, UNREACHABLE, f"{after}'s daemon did not answer ({unreachable or 'no answer'}): "
+                        "waiting, nothing is promoted without its verdict")
+    newer = lineage[:lineage.index(applied)] if applied in lineage else list(lineage)
+    if head not in newer:
+        newer.insert(0, head)
+    verdicts = {commit: judge(commit, upstream, soak, rejected) for commit in newer}
+    chosen = next((c for c in newer if verdicts[c].ok), None)
+    at = upstream.applied[chosen].applied_at if chosen else None
+    held = verdicts[head]
+    if held.ok:
+        return Decision(head, upstream_applied_at=at)
+    return Decision(chosen, head, held.reason, held.message, held.remaining, at)
+
+
+def journal(previous: dict[str, Any] | None, decision: Decision, *, after: str, source: str | None,
+            unreachable: str | None, now: float | None = None, rejected: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """The decision as this cluster's store keeps it; `since` and `unreachable_since` carry over from PREVIOUS
+    while the same commit is held for the same reason (or the earlier daemon stays unreachable)."""
+    now = time.time() if now is None else now
+    before = previous or {}
+    same = before.get("holding") == decision.holding and before.get("reason") == decision.reason
+    down_since = before.get("unreachable_since") if before.get("unreachable_since") else now
+    return {"after": after, "source": source, "checked_at": now, "apply": decision.apply,
+            "holding": decision.holding, "reason": decision.reason, "message": decision.message,
+            "remaining": decision.remaining, "since": before.get("since", now) if same else now,
+            "upstream_applied_at": decision.upstream_applied_at,
+            "unreachable_since": down_since if unreachable is not None else None, "error": unreachable,
+            "rejected": {**dict(before.get("rejected") or {}), **(rejected or {})}}

@@ -1,0 +1,83 @@
+"""What `reconciler status` and the status page show of a cluster's promotion: the cluster, what it holds back and
+why, and how long after the earlier cluster each commit was applied here."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+from reconciler.daemon.logs import scrub
+from reconciler.daemon.promotion_http import CLUSTER_KEY, PROMOTED_KEY, PROMOTION_KEY
+from reconciler.daemon.store import Store
+
+SHOWN = 5  # promoted commits listed
+
+
+def load(store: Store) -> dict[str, Any]:
+    """The promotion view's data from a store: cluster, decision (the journal), promoted (lags), newest first."""
+    return {"cluster": store.get(CLUSTER_KEY), "promotion": store.get(PROMOTION_KEY),
+            "promoted": list(reversed(store.get(PROMOTED_KEY) or []))[:SHOWN]}
+
+
+def _stamp(ts: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(ts))) if ts else "-"
+
+
+def hold_line(promotion: dict[str, Any]) -> str | None:
+    """One line on what is held back and why (None when nothing is)."""
+    if not promotion.get("holding"):
+        return None
+    line = (f"holding {str(promotion['holding'])[:12]} since {_stamp(promotion.get('since'))}: "
+            f"{promotion.get('message')}")
+    if promotion.get("unreachable_since"):
+        line += f" [{promotion['after']}'s daemon unreachable since {_stamp(promotion['unreachable_since'])}]"
+    return line
+
+
+def lag_line(entry: dict[str, Any]) -> str:
+    """One promoted commit: applied here how long after the earlier cluster."""
+    return (f"{str(entry.get('commit'))[:12]} applied {float(entry.get('seconds') or 0):.1f}s after the earlier "
+            f"cluster (at {_stamp(entry.get('applied_at'))})")
+
+
+def status_lines(data: dict[str, Any]) -> list[str]:
+    """The promotion part of `reconciler status` (nothing for a daemon without `cluster:`)."""
+    if not data.get("cluster"):
+        return []
+    out = [f"cluster:        {data['cluster']}"]
+    promotion = data.get("promotion") or {}
+    if promotion:
+        out.append(f"promotion:      after {promotion.get('after')} ({promotion.get('source') or 'no source'}); "
+                   f"checked {_stamp(promotion.get('checked_at'))}")
+        out.append(f"  {hold_line(promotion) or 'nothing held back'}")
+        for commit, why in sorted((promotion.get("rejected") or {}).items()):
+            out.append(f"  never promoted: {commit[:12]} ({promotion.get('after')} rolled it back: gate "
+                       f"{why.get('gate')}: {why.get('message')})")
+    for entry in data.get("promoted") or []:
+        out.append(f"  promoted: {lag_line(entry)}")
+    return out
+
+
+def _t(value: object) -> str:
+    return html.escape(scrub(str(value)), quote=True)
+
+
+def section(data: dict[str, Any] | None) -> str:
+    """The status page's promotion section ('' for a daemon without `cluster:`)."""
+    if not data or not data.get("cluster"):
+        return ""
+    promotion = data.get("promotion") or {}
+    items = [f'<dt>cluster</dt><dd id="cluster">{_t(data["cluster"])}</dd>']
+    if promotion:
+        items.append(f"<dt>after</dt><dd>{_t(promotion.get('after'))} <span class=\"muted\">(checked "
+                     f"{_t(_stamp(promotion.get('checked_at')))})</span></dd>")
+        hold = hold_line(promotion)
+        items.append(f'<dt>held back</dt><dd id="holding" class="{"bad" if hold else "ok"}">'
+                     f"{_t(hold or 'nothing')}</dd>")
+        for commit, why in sorted((promotion.get("rejected") or {}).items()):
+            items.append(f"<dt>never promoted</dt><dd><code>{_t(commit[:12])}</code> {_t(promotion.get('after'))} "
+                         f"rolled it back (gate {_t(why.get('gate'))}: {_t(why.get('message'))})</dd>")
+    for entry in data.get("promoted") or []:
+        items.append(f'<dt>promoted</dt><dd class="promoted">{_t(lag_line(entry))}</dd>')
+    return '<section id="promotion"><h2>Promotion</h2><dl>' + "".join(items) + "</dl></section>"

@@ -1,0 +1,172 @@
+"""Promotion between two clusters of one repository (issue 37), on two testbeds: staging and production.
+
+One Git repository holds bases/common (slurm.conf, the prolog patch, the rollout) and clusters/staging and
+clusters/production (each its own nodes, storage and name); promotion.yaml puts production after staging with a
+short soak. Two real daemons, one per cluster: production asks staging's daemon for /promotion.json over its
+listener. A change to the shared base reaches staging at once and production only after the soak (the time between
+is in production's status); a bad prolog that staging rolls back (its smoke-job gate fails on the canary) never
+reaches production, whose status and page say which commit it holds back and why (still after a restart of
+production); its fix is promoted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.desired.clusters import load_state, read_promotion
+from tests.daemon.harness import REPO, DaemonProcess, GitRemote, write_config
+from tests.daemon.test_status_page_testbed import PROGRESSIVE, prolog, with_prolog
+from tests.engine.testbed_state import write_state
+from tests.testbed_fixture import Testbed
+from tests.transport.sshd_server import free_port
+
+pytestmark = pytest.mark.timeout(1500)
+
+SOAK = 8.0
+SHARED = ("cluster.yaml", "patches.yaml", "rollout.yaml")  # bases/common: what both clusters share
+
+
+def write_repo(root: Path, beds: dict[str, Testbed]) -> Path:
+    """A multi-cluster repository for BEDS (cluster name -> testbed): shared parts in bases/common."""
+    for name, bed in beds.items():
+        flat = write_state(root / "flat" / name, name=name, state_dir=bed.state_dir, subnet=bed.subnet,
+                           computes="gpu[01-02]")
+        own = root / "repo" / "clusters" / name
+        own.mkdir(parents=True)
+        (own / "overlay.yaml").write_text("bases: [common]\n")
+        (own / "cluster.yaml").write_text(f"cluster:\n  name: {name}\n")
+        for part in ("nodes.yaml", "storage.yaml"):
+            (own / part).write_text((flat / part).read_text())
+        common = root / "repo" / "bases" / "common"
+        common.mkdir(parents=True, exist_ok=True)
+        for part in SHARED:
+            (common / part).write_text((flat / part).read_text())
+    (root / "repo" / "promotion.yaml").write_text(f"promotion:\n  production: {{after: staging, soak: {SOAK:.0f}s}}\n")
+    return root / "repo"
+
+
+def status_text(daemon: DaemonProcess) -> str:
+    out = subprocess.run([sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(daemon.state_dir)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def promotion(daemon: DaemonProcess) -> dict[str, Any]:
+    return dict(daemon.status().get("promotion") or {})
+
+
+def promoted(daemon: DaemonProcess, commit: str) -> dict[str, Any] | None:
+    return next((e for e in daemon.status().get("promoted") or [] if e.get("commit") == commit), None)
+
+
+def decisions(daemon: DaemonProcess, commit: str) -> list[str]:
+    """The reasons production's log gave for holding COMMIT back."""
+    return [e.get("reason", "") for e in daemon.events()
+            if e.get("event") == "promotion.decision" and e.get("holding") == commit]
+
+
+@pytest.fixture(scope="module")
+def clusters(testbed_factory: Callable[..., Testbed]) -> dict[str, Testbed]:
+    return {"staging": testbed_factory(nodes=2, bare=True), "production": testbed_factory(nodes=2, bare=True)}
+
+
+def test_staging_first_production_after_the_soak_and_never_a_rolled_back_commit(
+        clusters: dict[str, Testbed], tmp_path: Path) -> None:
+    repo = write_repo(tmp_path, clusters)
+    assert read_promotion(repo)["production"].after == "staging"
+    assert load_state(repo, "production").state.cluster.name == "production"
+    (tmp_path / "git").mkdir()
+    remote = GitRemote.create(tmp_path / "git", repo)
+    listen = {name: f"127.0.0.1:{free_port()}" for name in clusters}
+    started: list[DaemonProcess] = []
+
+    def daemon(name: str, **extra: Any) -> DaemonProcess:
+        values: dict[str, Any] = {"repository": {"url": str(remote.bare), "branch": "main"}, "mode": "enforce",
+                                  "poll_interval": "1s", "drift_interval": "10m",
+                                  "state_dir": str(tmp_path / f"state-{name}"), "metrics_listen": listen[name],
+                                  "log_format": "json", "retry": {"initial": "2s", "max": "10s"}, "cluster": name,
+                                  **extra}
+        path = write_config(tmp_path / f"{name}.yaml", **values)
+        process = DaemonProcess(config=path, state_dir=Path(values["state_dir"]),
+                                log_path=tmp_path / f"{name}.log").start()
+        started.append(process)
+        return process
+
+    def prolog_on(name: str) -> str:
+        return clusters[name].run("gpu01", "cat /etc/slurm/prolog.sh 2>/dev/null", timeout=60).stdout
+
+    try:
+        staging = daemon("staging")
+        production = daemon("production", promotion_sources={"staging": f"http://{listen['staging']}"})
+        first = remote.head()
+        staging.wait_applied(first, timeout=400)
+        production.wait_applied(first, timeout=400)
+
+        # (1) a change to the shared base: staging applies it, production only after the soak
+        base = remote.commit("bases/common: progressive rollout, Slurm runs the prolog", {
+            "bases/common/rollout.yaml": lambda _: PROGRESSIVE, "bases/common/cluster.yaml": with_prolog})
+        staging.wait_applied(base, timeout=300)
+        lag = production.wait_for("production applies the base change",
+                                  lambda: promoted(production, base), timeout=300)
+        assert lag["seconds"] >= SOAK - 1.0, lag  # never before the soak (less the clocks' HTTP round trip)
+        assert SOAKING_OR_WAITING & set(decisions(production, base)), production.log_tail()
+        text = status_text(production)
+        assert "cluster:        production" in text and f"{base[:12]} applied" in text, text
+        assert "after the earlier cluster" in text, text
+
+        # (2) a bad prolog that staging rolls back never reaches production
+        bad = remote.commit("bases/common: prolog fails every job", {
+            "bases/common/patches.yaml": prolog("#!/bin/sh\necho no >&2\nexit 1")})
+        staging.wait_for("staging rolls the bad prolog back",
+                         lambda: (staging.status().get("rolled_back") or {}).get(bad), timeout=400)
+        held = production.wait_for("production holds the rolled-back commit back",
+                                   lambda: (p := promotion(production)).get("holding") == bad
+                                   and p.get("reason") == "rolled-back-upstream" and p, timeout=120)
+        assert "staging rolled it back (gate smoke-job" in held["message"], held
+        assert production.status()["applied_commit"] == base
+        assert "echo no" not in prolog_on("production") and "echo no" not in prolog_on("staging")
+        text = status_text(production)
+        assert f"holding {bad[:12]}" in text and "staging rolled it back" in text, text
+        with urllib.request.urlopen(f"http://{listen['production']}/", timeout=30) as page:
+            html = page.read().decode()
+        assert 'id="promotion"' in html and bad[:12] in html and "rolled it back" in html
+        # production restarts: the hold, its reason and since when are still there, and it still holds
+        production.stop()
+        restarted = time.time()
+        production.start()
+        again = production.wait_for("production decides again after its restart",
+                                    lambda: (p := promotion(production)).get("checked_at", 0) > restarted and p,
+                                    timeout=120)
+        assert (again["holding"], again["reason"], again["since"]) == (bad, "rolled-back-upstream", held["since"])
+        assert production.status()["applied_commit"] == base
+
+        # its fix, after it on the branch, is promoted
+        fixed = remote.commit("bases/common: prolog fixed", {
+            "bases/common/patches.yaml": prolog("#!/bin/sh\necho fixed\nexit 0")})
+        staging.wait_applied(fixed, timeout=300)
+        lag = production.wait_for("production applies the fix", lambda: promoted(production, fixed), timeout=300)
+        assert lag["seconds"] >= SOAK - 1.0, lag
+        assert "echo fixed" in prolog_on("production")
+        assert not any(r.get("commit") == bad for r in _runs(production)), "production ran the rolled-back commit"
+    finally:
+        for process in started:
+            process.stop()
+
+
+SOAKING_OR_WAITING = {"soaking", "not-applied-upstream"}
+
+
+def _runs(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"http://{json.loads(daemon.config.read_text())['metrics_listen']}/runs.json"
+                                "?limit=500", timeout=30) as answer:
+        return list(json.loads(answer.read()))
