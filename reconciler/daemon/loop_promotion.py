@@ -4,7 +4,6 @@ cluster's daemon promoted (promotion.py decides, promotion_http.py asks), and jo
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +109,7 @@ class Promoting(Applying):
         """The decision with the earlier cluster's apply time on this daemon's clock (its clock's offset removed)."""
         if upstream is None or decision.upstream_applied_at is None:
             return decision
-        offset = time.time() - upstream.now
+        offset = clock.wall() - upstream.now
         return Decision(decision.apply, decision.holding, decision.reason, decision.message, decision.remaining,
                         decision.upstream_applied_at + offset)
 

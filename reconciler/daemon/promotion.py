@@ -7,9 +7,10 @@ health check) for the soak since, and never rolled it back; only commits of this
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from reconciler.common import clock
 
 # Why a commit is held back (the journal's and the status's `reason`).
 NOT_APPLIED, SOAKING, UNHEALTHY, ROLLED_BACK, SUPERSEDED, UNREACHABLE, UNCHECKED = (
@@ -139,7 +140,7 @@ def journal(previous: dict[str, Any] | None, decision: Decision, *, after: str, 
             ) -> dict[str, Any]:
     """The decision as this cluster's store keeps it; `since` and `unreachable_since` carry over from PREVIOUS
     while the same commit is held for the same reason (or the earlier daemon stays unreachable)."""
-    now = time.time() if now is None else now
+    now = clock.wall() if now is None else now
     before = previous or {}
     same = before.get("holding") == decision.holding and before.get("reason") == decision.reason
     down_since = before.get("unreachable_since") if before.get("unreachable_since") else now

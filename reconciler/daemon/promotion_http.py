@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from reconciler.common import clock
 from reconciler.daemon.promotion import Upstream, parse_upstream
 from reconciler.daemon.store import Store
 
@@ -47,7 +47,7 @@ def note_promoted(store: Store, commit: str, upstream_applied_at: float, at: flo
 
 def answer(store: Store, cluster: str | None, now: float | None = None) -> dict[str, Any]:
     """This daemon's /promotion.json, from its store."""
-    now = time.time() if now is None else now
+    now = clock.wall() if now is None else now
     log = [e for e in store.get(APPLIED_LOG_KEY) or [] if isinstance(e, dict)]
     history = _check_history(store.conn)
     applied: dict[str, dict[str, Any]] = {}
@@ -68,7 +68,7 @@ def answer(store: Store, cluster: str | None, now: float | None = None) -> dict[
 def answer_json(db: Path, cluster: str | None) -> str:
     """/promotion.json read through a read-only connection (the listener's thread)."""
     if not db.exists():
-        return json.dumps({"cluster": cluster, "now": time.time(), "applied": {}, "rolled_back": {}, "failing": []})
+        return json.dumps({"cluster": cluster, "now": clock.wall(), "applied": {}, "rolled_back": {}, "failing": []})
     store = Store.open_read_only(db)
     try:
         return json.dumps(answer(store, cluster))
