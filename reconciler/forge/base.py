@@ -147,9 +147,12 @@ class Forge(ABC):
             try:
                 return Upserted(self.create_comment(pr, body), "created")
             except ForgeError as exc:
-                # A POST that failed with a server error may still have created the comment: look again
-                # before posting again, so that a retry never leaves two comments.
-                if not exc.transient or exc.rate_limited or attempt == self.create_attempts:
-                    raise
-                self.sleep(min(2.0 ** attempt, 30.0))
+                self.after_failed_create(exc, attempt, self.create_attempts)
         raise AssertionError("unreachable")
+
+    def after_failed_create(self, exc: ForgeError, attempt: int, attempts: int) -> None:
+        """Re-raise EXC unless a retry is worth it, else wait before it. A POST that failed with a server error may
+        still have created the comment: the caller looks again before posting again, so a retry never leaves two."""
+        if not exc.transient or exc.rate_limited or attempt == attempts:
+            raise exc
+        self.sleep(min(2.0 ** attempt, 30.0))

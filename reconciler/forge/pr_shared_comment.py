@@ -31,10 +31,7 @@ def update_shared_comment(forge: Forge, pr: PullRequest, compose: Callable[[str 
             try:
                 created = forge.create_comment(pr, body)
             except ForgeError as exc:
-                # a POST that failed with a server error may still have created it: look again before posting
-                if not exc.transient or exc.rate_limited or attempt == attempts:
-                    raise
-                forge.sleep(min(2.0 ** attempt, 30.0))
+                forge.after_failed_create(exc, attempt, attempts)
                 continue
             first = forge.find_comment(pr, MARKER)
             if first is not None and first.id != created.id:
