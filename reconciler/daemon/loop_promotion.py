@@ -67,7 +67,9 @@ class Promoting(Applying):
                 upstream = None
         previous = self.store.get(PROMOTION_KEY) or {}
         rejected = dict(previous.get("rejected") or {})
-        lineage = self.source.repo.git.rev_list(f"--max-count={MAX_LINEAGE}", target.commit).split()
+        # a drift check of the applied commit decides nothing: no `git rev-list` on that path
+        lineage = [] if target.commit == self.state.applied else \
+            self.source.repo.git.rev_list(f"--max-count={MAX_LINEAGE}", target.commit).split()
         decision = decide(target.commit, self.state.applied, lineage, upstream, rule.soak.total_seconds(),
                           after=rule.after, unreachable=unreachable, rejected=rejected)
         if upstream is not None:  # remember the earlier cluster's rollbacks of this branch: never applied here
