@@ -19,6 +19,7 @@ from tb_nodefs import ids, install_test_users, lower, lower_root, mirror_mkdir, 
 from tb_services import (
     CONFIGLESS_PROGRAM_PATH,
     LIGHT_SLURM_STANDIN,
+    LIGHT_STANDIN_BOOT,
     configless_program,
     gres_conf,
     hosts_file,
@@ -71,7 +72,9 @@ def prepare_node(layout: Layout, node: str, munge_key: bytes, client_pub: str, d
         put(upper, "etc/slurm/slurm.conf", slurm_conf(layout))
         put(upper, "etc/slurm/gres.conf", gres_conf(layout))
         for command in ("scontrol", "squeue"):
-            put(upper, f"usr/local/bin/{command}", LIGHT_SLURM_STANDIN.format(command=command), 0o755)
+            put(upper, f"usr/local/bin/{command}",
+                LIGHT_SLURM_STANDIN.format(command=command, boot=LIGHT_STANDIN_BOOT), 0o755)
+        put(upper, LIGHT_STANDIN_BOOT, "")
         return host_key_line
     # The host's sysctl settings are not the node's: `sysctl --system` on a node would try to set the host's
     # kernel.* keys, which a node may not write (node_init: /proc/sys read-only but net). Nodes start empty.

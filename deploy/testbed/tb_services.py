@@ -113,11 +113,23 @@ def hostlist(names: list[str]) -> str:
     return f"gpu[{names[0][3:]}-{names[-1][3:]}]"
 
 
+# When the light controller's stand-in slurmctld last (re)read its files: written at preparation (its "start"),
+# touched by each `scontrol reconfigure` (what a re-executing slurmctld's BOOT_TIME does from 23.11 on).
+LIGHT_STANDIN_BOOT = "var/lib/reconciler-testbed/standin-slurmctld-boot"
+
 LIGHT_SLURM_STANDIN = """#!/bin/sh
-# STAND-IN for {command} on a light testbed node (no Slurm daemons): answers nothing, successfully, except
-# `scontrol show node -o NAME`, which says the node is idle (so a restart's readiness check passes).
-if [ "{command}" = scontrol ] && [ "$1" = show ] && [ "$2" = node ] && [ "$3" = -o ] && [ -n "$4" ]; then
-    echo "NodeName=$4 State=IDLE"
+# STAND-IN for {command} on a light testbed node (no Slurm daemons). It answers what a ready slurmctld answers
+# to the questions the reconciler asks: `scontrol ping` (UP), `scontrol show config` (BOOT_TIME: when the
+# stand-in last (re)read its files, moved by `scontrol reconfigure`), `scontrol show node -o NAME` (idle);
+# anything else: nothing, successfully.
+boot=/{boot}
+if [ "{command}" = scontrol ]; then
+    case "$1 $2" in
+        "ping "*) echo "Slurmctld(primary) at ctl is UP" ;;
+        "reconfigure "*) touch "$boot" ;;
+        "show config") echo "BOOT_TIME               = $(date -r "$boot" +%Y-%m-%dT%H:%M:%S)" ;;
+        "show node") if [ "$3" = -o ] && [ -n "$4" ]; then echo "NodeName=$4 State=IDLE"; fi ;;
+    esac
 fi
 exit 0
 """

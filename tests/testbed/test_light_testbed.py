@@ -1,7 +1,8 @@
 """Light testbeds (issue 15 item 4): sshd-only nodes, the wide address plan, `reconciler plan` reaching all.
 
-The default run brings up 40 light nodes (a few seconds) and plans all of them over SSH; the 256-node run
-(a /20, names gpu001..gpu256) runs only with RECONCILER_SCALE_TESTS=1. The address-plan tests need no root.
+The default run brings up 80 light nodes (a few seconds), plans all of them over SSH, applies and plans again
+(nothing left); the 256-node run (a /20, names gpu001..gpu256) runs only with RECONCILER_SCALE_TESTS=1. The
+address-plan tests need no root.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ sys.path.insert(0, str(TESTBED_DIR))
 import desired_state  # noqa: E402  (deploy/testbed, path set above)
 import tb_base  # noqa: E402
 import tb_layout  # noqa: E402
+import tb_services  # noqa: E402
+
+from drivers import slurmctld_steps  # noqa: E402
 
 SCALE = os.environ.get("RECONCILER_SCALE_TESTS") == "1"
 
@@ -80,6 +84,34 @@ def test_light_desired_state_validates(tmp_path: Path) -> None:
     assert state.cluster.node_sets[0].nodes == "gpu[001-256]"
 
 
+def test_light_scontrol_standin_answers_as_a_ready_slurmctld(tmp_path: Path) -> None:
+    """The product's readiness check (drivers/slurmctld_steps.py, unchanged for real clusters) against the light
+    stand-in: UP on ping; from 23.11 ready only once a reconfigure came after the newest file, as slurmctld."""
+    bindir, confdir, boot = tmp_path / "bin", tmp_path / "etc" / "slurm", tmp_path / "boot"
+    bindir.mkdir()
+    confdir.mkdir(parents=True)
+    scontrol = bindir / "scontrol"
+    scontrol.write_text(tb_services.LIGHT_SLURM_STANDIN.format(command="scontrol", boot=str(boot).lstrip("/")))
+    scontrol.chmod(0o755)
+    conf = confdir / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    boot.write_text("")
+    now = time.time()
+    os.utime(boot, (now - 100, now - 100))  # the stand-in "started" before the files were written
+    os.utime(conf, (now - 50, now - 50))
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+
+    def ready(since_files: bool) -> subprocess.CompletedProcess[str]:
+        script = slurmctld_steps.controller_ready(str(conf), since_files=since_files)
+        return subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=30)
+
+    assert ready(since_files=False).returncode == 0
+    stale = ready(since_files=True)
+    assert stale.returncode == 1 and "slurmctld not ready: Slurmctld(primary) at ctl is UP" in stale.stderr
+    subprocess.run([str(scontrol), "reconfigure"], check=True, timeout=30)
+    assert ready(since_files=True).returncode == 0
+
+
 # ------------------------------------------------------------------------------------------- on the testbed
 
 
@@ -106,12 +138,28 @@ def check_light_nodes(bed: Testbed, sample: list[str]) -> None:
         assert bed.ssh(node, "hostname; python3 -c 'print(1)'", check=True).stdout.split() == [node, "1"]
 
 
+def reconciler(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """`reconciler ARGS` from this checkout, output captured."""
+    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
 @pytest.mark.testbed
-def test_light_testbed_of_40_nodes_is_planned_over_ssh(testbed_factory: Callable[..., Testbed]) -> None:
-    bed = testbed_factory(nodes=40, light=True)
-    assert bed.computes[-1] == "gpu40" and bed.ip("gpu40") == f"{bed.subnet}.50"
-    check_light_nodes(bed, ["ctl", "gpu01", "gpu40"])
+def test_light_testbed_of_80_nodes_converges(testbed_factory: Callable[..., Testbed]) -> None:
+    """Past 64 nodes the benchmarks use the light profile: plan, apply (its `scontrol reconfigure` waits for the
+    stand-in controller to answer as a ready slurmctld does), plan again: nothing left (issue 43 item 9)."""
+    bed = testbed_factory(nodes=80, light=True)
+    assert bed.computes[-1] == "gpu80" and bed.ip("gpu80") == f"{bed.subnet}.90"
+    check_light_nodes(bed, ["ctl", "gpu01", "gpu80"])
     plan_reaches_every_node(bed)
+    applied = reconciler("apply", "--yes", str(bed.desired_state))
+    assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
+    assert "scontrol reconfigure" in applied.stdout and "FAILED" not in applied.stdout + applied.stderr
+    again = reconciler("plan", "--format", "json", str(bed.desired_state))
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    data = json.loads(again.stdout)
+    assert (data["changes"], data["unreachable"], data["errors"]) == ([], {}, [])
+    assert bed.ssh("gpu80", f"cat {desired_state.LIGHT_FILE}", check=True).stdout.strip().endswith(f"testbed={bed.name}")
 
 
 @pytest.mark.testbed
