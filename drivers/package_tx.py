@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from reconciler.common.versions import Backend
+from reconciler.common.versions import Backend, is_glob
 
 LOCK_WAIT = 300  # seconds a command waits for a dpkg/rpm lock another process holds, then fails
 APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout={wait} "
@@ -19,7 +19,8 @@ DNF = "timeout {wait} dnf -y -q"
 @dataclass(frozen=True)
 class Move:
     """One named package in a node's transaction: its version before and after (None: not installed), whether it
-    is held before and after, and whether its version changes (False: only its hold does)."""
+    is held before and after, and whether its version changes (False: only its hold does). PENDING: `after` is
+    the spec (present, an exact version or a glob) the package manager resolves after a metadata refresh."""
 
     name: str
     before: str | None
@@ -27,11 +28,19 @@ class Move:
     held: bool
     hold: bool
     changes_version: bool = True
+    pending: bool = False
 
     def reversed(self) -> Move:
         """The move that puts the package back as it was."""
         return Move(self.name, self.after, self.before, self.hold and self.after is not None, self.held,
                     self.changes_version)
+
+    def argument(self, backend: Backend) -> str:
+        """The package manager's argument that installs it (`name=V` for apt, `name-V` for dnf; a pending one's
+        spec: its name alone for present, the glob as apt and dnf match versions)."""
+        if self.pending and self.after == "present":
+            return self.name
+        return f"{self.name}={self.after}" if backend == "apt" else f"{self.name}-{self.after}"
 
     @property
     def text(self) -> str:
@@ -40,8 +49,14 @@ class Move:
             return f"{'hold' if self.hold else 'unhold'} {self.name}"
         if self.after is None:
             return f"remove {self.name} {self.before}"
-        text = f"install {self.name} {self.after}" if self.before is None else \
-            f"{self.name} {self.before} → {self.after}"
+        if self.pending:
+            offer = ("the newest version offered" if self.after == "present" else
+                     self.after + (", the newest match offered" if is_glob(self.after) else ""))
+            text = (f"install {self.name} ({offer} after the refresh)" if self.before is None else
+                    f"{self.name} {self.before} → {offer} (after the refresh)")
+        else:
+            text = f"install {self.name} {self.after}" if self.before is None else \
+                f"{self.name} {self.before} → {self.after}"
         if self.hold != self.held:
             text += " and hold" if self.hold else " and unhold"
         return text
@@ -62,12 +77,12 @@ def _package_manager(backend: Backend, moves: list[Move], downgrade: bool) -> st
     removals = [m for m in moves if m.after is None]
     if backend == "apt":
         opts = (" --allow-downgrades" if downgrade else "") + ("" if removals else " --no-remove")
-        args = [shlex.quote(f"{m.name}={m.after}") for m in installs] + [shlex.quote(f"{m.name}-") for m in removals]
+        args = [shlex.quote(m.argument("apt")) for m in installs] + [shlex.quote(f"{m.name}-") for m in removals]
         return f"{APT_GET.format(wait=LOCK_WAIT)}{opts} install {' '.join(args)}"
     base = DNF.format(wait=LOCK_WAIT)
     parts = []
     if installs:
-        parts.append(f"{base} install " + " ".join(shlex.quote(f"{m.name}-{m.after}") for m in installs))
+        parts.append(f"{base} install " + " ".join(shlex.quote(m.argument("dnf")) for m in installs))
     if removals:  # --noautoremove: what the removed packages pulled in stays, as with apt-get remove
         parts.append(f"{base} remove --noautoremove " + " ".join(shlex.quote(m.name) for m in removals))
     return " && ".join(parts)

@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from reconciler.common import versions
 from reconciler.common.versions import Backend
 from reconciler.desired.managed import selects
+from reconciler.desired.upgrade_rules import slurm_role
+from reconciler.drivers import package_refresh
 from reconciler.drivers import package_tx as tx
 from reconciler.drivers.package_tx import Move
 from reconciler.engine.context import Context
+from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import RunCommand
-from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs
+from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs, Plan
 from reconciler.engine.undo import Restore
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.gather import FactRequest
@@ -38,8 +41,8 @@ def kind_of(spec: PackageSpec) -> pkgfacts.Kind:
 
 class PackagesDriver:
     """Installs, upgrades, downgrades (only when allowed), removes, holds and unholds the packages `packages:`
-    names, with the node's package manager, non-interactively; after the managed files and services phases (a
-    repository file and its `apt-get update` follow-up come first)."""
+    names, with the node's package manager, non-interactively; after the managed files and services phases and
+    the metadata refresh they make needed (drivers/package_refresh.py)."""
 
     name = "packages"
     phase = 38
@@ -69,7 +72,8 @@ class PackagesDriver:
         if wanted:
             specs = {n: (kind_of(w.spec), w.spec.version) for n, w in wanted.items()}
             holds = any(w.spec.hold is not None for w in wanted.values())
-            req.python[pkgfacts.FACTS_KEY] = pkgfacts.snippet(self.backend(ctx, node), specs, holds)
+            cache = any(e.cache_valid_time is not None and selects(ctx.state, e, node) for e in ctx.state.packages)
+            req.python[pkgfacts.FACTS_KEY] = pkgfacts.snippet(self.backend(ctx, node), specs, holds, cache)
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
@@ -83,6 +87,16 @@ class PackagesDriver:
         """The node's package changes as ONE transaction change (every version change in one apt-get / dnf
         invocation, so a driver and the fabric manager that depends on its exact version move together); an
         error on any named package leaves the whole transaction out (never half of it)."""
+        return self.node_changes(ctx, node, refresh=False)
+
+    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
+        """The metadata refreshes the plan needs (drivers/package_refresh.py), the refreshed nodes' package
+        changes made again knowing the refresh comes first."""
+        return package_refresh.plan_refreshes(ctx, plan, self.name, self.node_changes)
+
+    def node_changes(self, ctx: Context, node: str, refresh: bool) -> list[Change]:
+        """plan(); REFRESH: the metadata is refreshed before the transaction, so a package the repositories do
+        not offer yet (or whose offers dnf has no cache for) is installed by name and spec after the refresh."""
         wanted, conflicts = self.wanted(ctx, node)
         if not wanted:
             return []
@@ -93,11 +107,12 @@ class PackagesDriver:
             return [self._change(node, f"package {n}", "unknown", f"the packages of {node} were not gathered")
                     for n in wanted]
         found = pkgfacts.PackageFacts.from_json(raw)
-        if found.errors or found.backend not in ("apt", "dnf"):
-            why = "; ".join(found.errors) or f"no package manager ({found.backend})"
+        problems = found.errors + ([found.cache_error] if found.cache_error and not refresh else [])
+        if problems or found.backend not in ("apt", "dnf"):
+            why = "; ".join(problems) or f"no package manager ({found.backend})"
             return [self._change(node, f"package {n}", "error", why) for n in wanted]
         backend: Backend = "apt" if found.backend == "apt" else "dnf"
-        decided = [self._decide(node, backend, w, found) for w in wanted.values()]
+        decided = [self._decide(node, backend, w, found, refresh) for w in wanted.values()]
         errors = [d for d in decided if isinstance(d, Change) and d.action == "error"]
         if errors:
             return errors
@@ -109,7 +124,8 @@ class PackagesDriver:
         return Change(node=node, driver=self.name, resource=resource, action=action, phase=self.phase,
                       summary=summary)
 
-    def _decide(self, node: str, backend: Backend, want: Wanted, found: pkgfacts.PackageFacts) -> Move | Change | None:
+    def _decide(self, node: str, backend: Backend, want: Wanted, found: pkgfacts.PackageFacts,
+                refresh: bool = False) -> Move | Change | None:
         """What one named package needs: None (nothing), a Move, or an error Change."""
         name, spec = want.name, want.spec
         have = found.installed.get(name)
@@ -124,17 +140,43 @@ class PackagesDriver:
         target = versions.resolve(backend, spec.version, candidates) if spec.pinned else \
             versions.highest(backend, candidates)
         if target is None:
-            refresh = "`apt-get update`" if backend == "apt" else "`dnf makecache`"
+            if refresh:
+                return self._after_refresh(node, backend, want, current, held, hold)
+            refresh_text = "`apt-get update`" if backend == "apt" else "`dnf makecache`"
             offered = ", ".join(candidates) or "none"
             what = f"{name} {spec.version}" if spec.pinned else name
             return self._change(node, f"package {name}", "error",
                                 f"{what} is not available from {node}'s repositories (offered: {offered}); "
-                                f"{refresh} may not have run, or the repository file may be missing")
+                                f"{refresh_text} may not have run, or the repository file may be missing")
         if current is not None and versions.compare(backend, target, current) < 0 and not want.allow_downgrade:
             return self._change(node, f"package {name}", "error",
                                 f"{name} {current} → {target} is a downgrade: set allow_downgrade: true on "
                                 f"packages[{want.entry}] to allow it")
         return Move(name, current, target, held, hold)
+
+    def _after_refresh(self, node: str, backend: Backend, want: Wanted, current: str | None, held: bool,
+                       hold: bool) -> Move | Change:
+        """A package the metadata does not offer before the refresh that runs first: installed by its spec after
+        it (the package manager picks the version: the newest offered, or matching the glob), where nothing the
+        plan cannot see yet must be checked first; else an error saying why it waits for the next apply."""
+        name, spec = want.name, want.spec
+        exact = spec.pinned and kind_of(spec) == "exact"
+        why = None
+        if slurm_role(name):
+            why = "the Slurm release rules check the version it moves to"
+        elif current is not None and not exact:
+            why = f"it is installed ({current}) and only an exact version tells an upgrade from a downgrade"
+        elif current is not None and versions.compare(backend, spec.version, current) < 0 \
+                and not want.allow_downgrade:
+            return self._change(node, f"package {name}", "error",
+                                f"{name} {current} → {spec.version} is a downgrade: set allow_downgrade: true on "
+                                f"packages[{want.entry}] to allow it")
+        if why is not None:
+            what = f"{name} {spec.version}" if spec.pinned else name
+            return self._change(node, f"package {name}", "error",
+                                f"{what} is not offered before the metadata refresh this apply runs, and {why}: "
+                                f"the next plan, made after the refresh, moves it")
+        return Move(name, current, spec.version, held, hold, pending=True)
 
     def _transaction(self, node: str, backend: Backend, moves: list[tuple[Move, Wanted]]) -> Change:
         """The one change of NODE's packages (resource `package NAME` when it moves one, else `packages`): summary
@@ -146,7 +188,7 @@ class PackagesDriver:
         summary = ", ".join(m.text for m in steps) + (f" ({NEEDS_TEXT[need]})" if need else "")
         versioned = [m for m in steps if m.changes_version]
         downgrade = any(m.before is not None and m.after is not None
-                        and versions.compare(backend, m.after, m.before) < 0 for m in versioned)
+                        and versions.compare(backend, m.after, m.before) < 0 for m in versioned)  # pending: exact
         if all(m.before is None for m in versioned) and versioned and len(versioned) == len(steps):
             action: Action = "create"
         elif all(m.after is None for m in versioned) and versioned and len(versioned) == len(steps):

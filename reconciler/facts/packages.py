@@ -95,14 +95,30 @@ elif backend == "dnf":
     if todo:
         rc, so, se = run("dnf -q --cacheonly list --showduplicates " + " ".join(todo), timeout, env)
         parts.append("list %%s\n%%s" %% (rc, so if rc == 0 else se[-2000:]))
+if W["cache"]:
+    # the metadata's age, by the node's clock: the newest of the stamps a refresh leaves (CACHE_STAMPS)
+    import time
+    times = []
+    for stamp in W["stamps"].get(backend, []):
+        try: times.append(os.stat(stamp).st_mtime)
+        except OSError: pass
+    parts.append("cache\n" + ("%%d" %% max(0, time.time() - max(times)) if times else "none"))
 parts.append("asked\n" + " ".join(todo))
 stdout = "\x1e".join(parts)
 """
 
 
-def snippet(backend: str | None, specs: dict[str, tuple[Kind, str]], holds: bool) -> str:
-    """The fact script's snippet (stdlib, Python 3.8) for these package specs (name -> (kind, value))."""
-    return _SNIPPET % {"want": {"backend": backend, "specs": specs, "holds": holds}}
+# What a metadata refresh leaves behind (drivers/package_refresh.py touches the first of each after a refresh;
+# apt-get update itself renames new index files into /var/lib/apt/lists, dnf's timer touches last_makecache).
+CACHE_STAMPS = {"apt": ["/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists"],
+                "dnf": ["/var/cache/dnf/last_makecache"]}
+
+
+def snippet(backend: str | None, specs: dict[str, tuple[Kind, str]], holds: bool, cache: bool = False) -> str:
+    """The fact script's snippet (stdlib, Python 3.8) for these package specs (name -> (kind, value)); CACHE:
+    also the age of the package metadata (a stat, nothing refreshed)."""
+    return _SNIPPET % {"want": {"backend": backend, "specs": specs, "holds": holds, "cache": cache,
+                                "stamps": CACHE_STAMPS if cache else {}}}
 
 
 @dataclass
@@ -123,18 +139,26 @@ class PackageFacts:
     candidates: dict[str, list[str]] = field(default_factory=dict)  # only for the packages in `asked`
     asked: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # the offered versions could not be read from the metadata cache (dnf without a cache for some repository):
+    # an error unless a refresh runs first (drivers/packages.py)
+    cache_error: str | None = None
+    cache_age: int | None = None  # seconds since the metadata was last refreshed (None: never, or not asked)
+    cache_asked: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A plain-JSON form for ClusterFacts.extra."""
         return {"backend": self.backend, "asked": self.asked, "errors": self.errors, "candidates": self.candidates,
-                "installed": {n: [i.version, i.held, i.status] for n, i in self.installed.items()}}
+                "installed": {n: [i.version, i.held, i.status] for n, i in self.installed.items()},
+                "cache_error": self.cache_error, "cache_age": self.cache_age, "cache_asked": self.cache_asked}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PackageFacts:
         """Back from to_json."""
         return cls(backend=data["backend"], asked=list(data["asked"]), errors=list(data["errors"]),
                    candidates={n: list(v) for n, v in data["candidates"].items()},
-                   installed={n: Installed(v[0], v[1], v[2]) for n, v in data["installed"].items()})
+                   installed={n: Installed(v[0], v[1], v[2]) for n, v in data["installed"].items()},
+                   cache_error=data.get("cache_error"), cache_age=data.get("cache_age"),
+                   cache_asked=bool(data.get("cache_asked")))
 
 
 def parse_dpkg_status(text: str, names: set[str] | None = None) -> dict[str, Installed]:
@@ -249,11 +273,14 @@ def parse_answer(answer: dict[str, Any] | None, names: set[str]) -> PackageFacts
             # dnf exits 1 both when none of the names is offered (then no candidates, and the plan says so) and
             # when it has no metadata cache to read (`--cacheonly`): only the first is an answer
             if rc != "0" and not (rc == "1" and NO_MATCH in body):
-                facts.errors.append(f"dnf list failed (no metadata cache? run `dnf makecache`): "
-                                    f"{body.strip()[-300:]}")
+                facts.cache_error = f"dnf list failed (no metadata cache? run `dnf makecache`): {body.strip()[-300:]}"
             facts.candidates = parse_dnf_list(body) if rc == "0" else {}
     elif facts.backend == "none":
         facts.errors.append("neither dpkg-query nor rpm found on the node: no package manager to use")
+    if "cache" in parts:
+        facts.cache_asked = True
+        age = parts["cache"][1].strip()
+        facts.cache_age = int(age) if age.isdigit() else None
     for name in facts.asked:
         facts.candidates.setdefault(name, [])
     return facts

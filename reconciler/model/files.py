@@ -7,7 +7,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PlainValidator, PrivateAttr, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    StrictInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from reconciler.model import values
 from reconciler.model.base import AbsPath, Hostlist, NodeSelection, Strict, absolute, hostlist_expr
@@ -248,3 +256,16 @@ class PackageSet(NodeSelection):
                                   "error unless true")
     packages: PackageMap = Field(description="name -> present, absent, a version, a glob (570.86.*), or "
                                  "{version, hold, needs}")
+    update_cache: bool = Field(default=False, description="Refresh the package metadata (apt-get update, dnf "
+                               "makecache) before this node's package transaction, when it has one")
+    cache_valid_time: StrictInt | None = Field(default=None, ge=1, le=10 * 365 * 86400, description="Seconds: also "
+                                         "refresh when the metadata is older than this, even with nothing to "
+                                         "install (implies update_cache)")
+
+    @model_validator(mode="after")
+    def _valid_time_updates(self) -> PackageSet:
+        if self.cache_valid_time is not None:
+            if "update_cache" in self.model_fields_set and not self.update_cache:
+                raise ValueError("cache_valid_time asks for a refresh: it cannot go with update_cache: false")
+            self.update_cache = True
+        return self
