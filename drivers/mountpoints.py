@@ -8,7 +8,7 @@ or that holds anything, is never removed.
 
 from __future__ import annotations
 
-import json
+import ast
 import shlex
 from typing import Any
 
@@ -24,24 +24,27 @@ RECORD = "/var/lib/reconciler/mountpoints-created"
 FACTS_KEY = "mountpoints_created"  # the fact snippet's name, and its key in ClusterFacts.extra (node -> answer)
 STATUSES = ("empty", "full", "absent", "mounted")
 MAX_ENTRIES = 10_000
+PATH_MAX = 4096  # the longest path Linux takes
 
 
-def fact_snippet(record: str = RECORD) -> str:
-    """The fact script's snippet (stdlib, Python 3.8): each recorded path's status. A mounted one is never listed
-    (a hung NFS server would hang the gathering); a symbolic link reads as absent (not the directory we made)."""
-    return f"""
-import json, os, re
+_SNIPPET = r"""
+import os
 try:
-    paths = [p for p in open({record!r}).read().split('\\n') if p][:{MAX_ENTRIES}]
+    paths = [p for p in open(%(record)r).read().split('\n') if p][:%(max)d]
 except OSError:
     paths = []
+def unescape(field):  # mountinfo writes space, tab, newline and backslash as \ooo
+    if '\\' not in field: return field
+    parts = field.split('\\')
+    return parts[0] + ''.join(chr(int(p[:3], 8)) + p[3:] if len(p) >= 3 and all(c in '01234567' for c in p[:3])
+                              else '\\' + p for p in parts[1:])
 points = set()
 if paths:
     for line in open('/proc/self/mountinfo'):
         f = line.split(' ')
         if len(f) > 4:
-            points.add(re.sub(r'\\\\([0-7]{{3}})', lambda m: chr(int(m.group(1), 8)), f[4]))
-found = {{}}
+            points.add(unescape(f[4]))
+found = {}
 for p in paths:
     try:
         if p in points:
@@ -52,8 +55,16 @@ for p in paths:
             found[p] = 'full' if os.listdir(p) else 'empty'
     except OSError:
         pass
-stdout = json.dumps(found)
+stdout = repr(found)
 """
+
+
+def fact_snippet(record: str = RECORD) -> str:
+    """The fact script's snippet (stdlib, Python 3.8): each recorded path's status. A mounted one is never listed
+    (a hung NFS server would hang the gathering); a symbolic link reads as absent (not the directory we made).
+    It imports nothing the fact script has not loaded (no json, no re: ~7 ms of every node's gather), and answers
+    a Python literal (repr)."""
+    return _SNIPPET % {"record": record, "max": MAX_ENTRIES}
 
 
 def make_command(mountpoint: str, record: str = RECORD) -> str:
@@ -75,9 +86,12 @@ def parse_answer(answer: Any) -> dict[str, str]:
     """The snippet's answer: clean absolute paths with a known status (anything else a node says is dropped)."""
     if not isinstance(answer, dict) or answer.get("rc") != 0 or not isinstance(answer.get("stdout", ""), str):
         return {}
+    text = answer.get("stdout") or "{}"
+    if len(text) > MAX_ENTRIES * (PATH_MAX + 32):
+        return {}
     try:
-        data = json.loads(answer.get("stdout") or "{}")
-    except ValueError:
+        data = ast.literal_eval(text)  # literals only: nothing a node says is run
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return {}
     out: dict[str, str] = {}
     for path, status in (data.items() if isinstance(data, dict) else []):

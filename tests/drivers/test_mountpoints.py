@@ -74,6 +74,17 @@ def test_a_symlink_in_place_of_the_directory_is_neither_listed_nor_removed(tmp_p
     assert link.is_symlink() and target.is_dir()
 
 
+def test_the_snippet_reads_mountinfo_escapes_as_the_kernel_writes_them(tmp_path: Path) -> None:
+    """/proc/self/mountinfo writes space, tab, newline and backslash as \\ooo; the snippet (no `re` on the node)
+    decodes exactly those, and leaves a backslash that starts no octal escape as it is."""
+    scope: dict[str, object] = {}
+    exec(compile(mountpoints.fact_snippet(str(tmp_path / "none")), "<mountpoints>", "exec"), scope)  # noqa: S102
+    unescape = scope["unescape"]
+    assert callable(unescape)
+    assert unescape("/mnt/a\\040b\\011c\\012d\\134e") == "/mnt/a b\tc\nd\\e"
+    assert unescape("/plain") == "/plain" and unescape("/x\\09y\\") == "/x\\09y\\"
+
+
 def test_a_node_answer_is_bounded_to_clean_paths_and_known_statuses() -> None:
     answer = {"rc": 0, "stdout": json.dumps({"/data": "empty", "/etc": "empty", "rel": "empty", "/a/../b": "empty",
                                              "/x": "gone", "/kept": "full"})}
