@@ -55,6 +55,12 @@ BROKEN_FAULTS = "xid79 0\n"
 DRIVER_INSTALLED = "/usr/lib/reconciler-testbed-standin/nvidia-driver"
 DRIVER_LOADED = "/run/reconciler-testbed-standin/nvidia-driver"
 APT_TIMEOUT = 300
+# A second repository no node is configured for (served under extra/, signed with a key of its own: the apt
+# Release and the rpm itself), offering a STAND-IN package the main one lacks: a test adds the repository, its
+# key and the package in one commit (manifest "extra").
+EXTRA = "extra"
+EXTRA_STANDINS = {"reconciler-extra-standin": ["1.0-1"]}
+EXTRA_KEY = "reconciler-extra.asc"  # beside the manifest: the armored public key (RSA: rpm signs with it too)
 
 
 class RepoError(Exception):
@@ -235,9 +241,14 @@ def cached_repo(cache_base: Path) -> Path:
             for version in [*STANDIN_VERSIONS, STANDIN_BROKEN]:
                 standin_deb(pool, name, version, dep)
                 standin_rpm(rpms, name, version, dep)
-        packages = _run(["dpkg-scanpackages", "--multiversion", "pool", "/dev/null"], cwd=tmp / "deb")
-        (tmp / "deb" / "Packages").write_text(packages)
-        (tmp / "deb" / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
+        for name, versions in EXTRA_STANDINS.items():
+            (tmp / EXTRA / "deb" / "pool").mkdir(parents=True, exist_ok=True)
+            (tmp / EXTRA / "rpm").mkdir(parents=True, exist_ok=True)
+            for version in versions:
+                standin_deb(tmp / EXTRA / "deb" / "pool", name, version, None)
+                standin_rpm(tmp / EXTRA / "rpm", name, version, None)  # signed and indexed per testbed (build)
+        for deb_dir in (tmp / "deb", tmp / EXTRA / "deb"):
+            _index_debs(deb_dir)
         _run(["createrepo_c", "--quiet", "--no-database", str(rpms)])
         broken = {n: STANDIN_BROKEN for n in STANDINS}
         part = {"deb": {"real": record["packages"], "versioned": record["versioned"],
@@ -245,7 +256,8 @@ def cached_repo(cache_base: Path) -> Path:
                 "rpm": {"real": {}, "standin": {n: list(STANDIN_VERSIONS) for n in STANDINS},
                         "standin_broken": broken},
                 "standin_driver": {"installed": DRIVER_INSTALLED, "loaded": DRIVER_LOADED,
-                                   "broken_faults": BROKEN_FAULTS.strip()}}
+                                   "broken_faults": BROKEN_FAULTS.strip()},
+                EXTRA: {"deb": {"standin": EXTRA_STANDINS}, "rpm": {"standin": EXTRA_STANDINS}}}
         (tmp / "manifest-part.json").write_text(json.dumps(part, indent=2) + "\n")
         try:
             os.rename(tmp, tree)
@@ -255,6 +267,13 @@ def cached_repo(cache_base: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return tree
+
+
+def _index_debs(deb_dir: Path) -> None:
+    """Packages and Packages.gz of the flat apt repository DEB_DIR (its pool/)."""
+    packages = _run(["dpkg-scanpackages", "--multiversion", "pool", "/dev/null"], cwd=deb_dir)
+    (deb_dir / "Packages").write_text(packages)
+    (deb_dir / "Packages.gz").write_bytes(gzip.compress(packages.encode(), mtime=0))
 
 
 def release_file(deb_dir: Path) -> str:
@@ -268,18 +287,27 @@ def release_file(deb_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sign(deb_dir: Path) -> bytes:
-    """Sign DEB_DIR's Release (InRelease and Release.gpg) with a throwaway ed25519 key; return the public key."""
+def sign(deb_dir: Path, rpm_dir: Path | None = None) -> bytes:
+    """Sign DEB_DIR's Release (InRelease and Release.gpg) with a throwaway key, ed25519 (binary public key
+    returned); with RPM_DIR, an RSA key (rpm 4.18 signs with it) that also signs RPM_DIR's rpms, indexed after
+    (armored public key returned)."""
     with tempfile.TemporaryDirectory(prefix="rtb-gpg-") as home:
         env = {**os.environ, "GNUPGHOME": home}
         gpg = ["gpg", "--batch", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""]
         try:
-            _run([*gpg, "--quick-gen-key", "reconciler testbed <testbed@localhost>", "ed25519", "sign", "never"],
-                 env=env)
+            _run([*gpg, "--quick-gen-key", "reconciler testbed <testbed@localhost>",
+                  "ed25519" if rpm_dir is None else "rsa2048", "sign", "never"], env=env)
             release = str(deb_dir / "Release")
             _run([*gpg, "--clearsign", "-o", str(deb_dir / "InRelease"), release], env=env)
             _run([*gpg, "--detach-sign", "-o", str(deb_dir / "Release.gpg"), release], env=env)
-            key = subprocess.run(["gpg", "--batch", "--export"], env=env, capture_output=True, check=True).stdout
+            if rpm_dir is not None:
+                _run(["rpmsign", "--addsign", "--define", "_gpg_name reconciler testbed", "--define",
+                      f"_gpg_path {home}", "--define", "__gpg /usr/bin/gpg",
+                      *[str(f) for f in sorted(rpm_dir.glob("*.rpm"))]], env=env)
+                _run(["createrepo_c", "--quiet", "--no-database", str(rpm_dir)])
+            armor = ["--armor"] if rpm_dir is not None else []
+            key = subprocess.run(["gpg", "--batch", "--export", *armor], env=env, capture_output=True,
+                                 check=True).stdout
         finally:  # the agent gpg started for this home must not outlive it
             subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, capture_output=True)
     return key
@@ -304,6 +332,8 @@ def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path) -> Repo
     shutil.copytree(tree, served, ignore=shutil.ignore_patterns("manifest-part.json"))
     (served / "deb" / "Release").write_text(release_file(served / "deb"))
     key = sign(served / "deb")
+    (served / EXTRA / "deb" / "Release").write_text(release_file(served / EXTRA / "deb"))
+    extra_key = sign(served / EXTRA / "deb", served / EXTRA / "rpm")
     url = f"http://{ctl_host}:{PORT}"
     manifest = json.loads((tree / "manifest-part.json").read_text())
     manifest["url"] = url
@@ -311,8 +341,12 @@ def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path) -> Repo
     manifest["rpm"]["url"] = f"{url}/rpm"
     manifest["served_from"] = f"ctl:/{SERVED}"
     out = state / "packages"
+    manifest[EXTRA]["deb"]["url"] = f"{url}/{EXTRA}/deb"
+    manifest[EXTRA]["rpm"]["url"] = f"{url}/{EXTRA}/rpm"
+    manifest[EXTRA]["key"] = str(out / EXTRA_KEY)
     out.mkdir(parents=True, exist_ok=True)
     (out / "reconciler-testbed.gpg").write_bytes(key)
+    (out / EXTRA_KEY).write_bytes(extra_key)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return Repository(url=url, public_key=key, manifest=manifest)
 

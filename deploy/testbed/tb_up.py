@@ -33,7 +33,8 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
-PACKAGES_BINARIES = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/gpg",
+PACKAGES_BINARIES = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/rpmsign",
+                     "/usr/bin/gpg",
                      "/usr/bin/dnf"]
 HOST_BINARIES = ["/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/nsenter",
                  NODE_PYTHON, "/usr/sbin/debootstrap"]  # what the host runs itself, whichever release the nodes run
