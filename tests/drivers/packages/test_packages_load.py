@@ -24,6 +24,12 @@ CASES = [
      "files.yaml:4 packages[0].packages", "at least 1 item"),
     ('packages:\n  - packages: {nano: present}\n', "files.yaml:2 packages[0]", "say which nodes"),
     ('nodes:\n  - {name: gpu09, package_manager: yum}\n', "files.yaml:2 nodes[0].package_manager", "'apt' or 'dnf'"),
+    ('packages:\n  - nodes: gpu01\n    update_cache: false\n    cache_valid_time: 60\n    packages: {nano: present}\n',
+     "files.yaml:2 packages[0]", "cache_valid_time asks for a refresh: it cannot go with update_cache: false"),
+    ('packages:\n  - nodes: gpu01\n    cache_valid_time: "1h"\n    packages: {nano: present}\n',
+     "files.yaml:3 packages[0].cache_valid_time", "Input should be a valid integer"),
+    ('packages:\n  - nodes: gpu01\n    cache_valid_time: 0\n    packages: {nano: present}\n',
+     "files.yaml:3 packages[0].cache_valid_time", "greater than or equal to 1"),
 ]
 
 
