@@ -158,7 +158,7 @@ def _open_store(path: Path) -> Any:
 
 def status_data(state_dir: Path) -> dict[str, Any]:
     """Everything `reconciler status` shows, as a dict."""
-    from reconciler.daemon.store import JOURNAL_KEY
+    from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY
     from reconciler.ha.role import HA_KEY
 
     if not (state_dir / "state.db").exists():
@@ -180,13 +180,15 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "state_recovered": store.get("state_recovered"),
             "ha": store.get(HA_KEY),
             "ha_takeover": store.get("ha_takeover"),
+            "drained_nodes": store.get(DRAINED_KEY),
         }
         promotion = promotion_view.load(store)
         if promotion["cluster"]:  # a cluster of a multi-cluster repository: its promotion too
             data.update(promotion)
     finally:
         store.close()
-    data["upgrade"] = upgrade_view.status_json(data["rollout_in_flight"], data["last_rollout"])
+    data["upgrade"] = upgrade_view.status_json(data["rollout_in_flight"], data["last_rollout"],
+                                               drained=data["drained_nodes"])
     return data
 
 
@@ -266,16 +268,20 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         if rollback.get("before_image"):  # a first commit: no commit to name, only what was put back
             out.append(f"  {restore_headline(rollback)}")
             out += [f"    {line}" for line in rollback_lines(rollback, why=FIRST_COMMIT)]
+        elif rollback.get("nodes") and not rollback.get("ok", True):  # what failed, never "rolled back"
+            out += [f"  {line}" for line in rollback_lines(rollback)]
         elif rollback.get("nodes"):
             out.append(f"  rolled back {rollback['nodes']} to {str(rollback.get('to') or '-')[:12]}"
                        + (f"; resumed {', '.join(rollback['resumed'])}" if rollback.get("resumed") else ""))
         if not flight:  # the last upgrade's final states (a rollout in flight shows its own above)
-            out += ["  " + line for line in upgrade_view.status_lines(None, last)]
+            out += ["  " + line for line in upgrade_view.status_lines(None, last, drained=data.get("drained_nodes"))]
     for commit, why in sorted((data.get("rolled_back") or {}).items(), key=lambda kv: -float(kv[1].get("at", 0))):
         drained = "; ".join(f"{n}: {r}" for n, r in sorted((why.get("drained") or {}).items()))
         out.append(f"rolled back:    {commit[:12]} (not applied again; `reconciler rollout retry {commit[:12]}`): "
                    f"wave {why.get('wave')} gate {why.get('gate')} on {why.get('nodes') or '-'}: {why.get('message')}"
-                   + (f" [drained: {drained}]" if drained else ""))
+                   + (f" [drained: {drained}]" if drained else "")
+                   + (f" [rollback FAILED: {'; '.join(why['errors'])}]" if why.get("status") == "rollback-failed"
+                      and why.get("errors") else ""))
     return out
 
 

@@ -94,8 +94,9 @@ class Reconciler(Promoting, Schedules):
             if mode == "enforce":  # a leader gathers, applies and rolls out with its epoch on every request
                 transport = fenced(self.ha, transport)
             run = open_reconcile(target.loaded, all_drivers(), forks=self.config.ssh.forks, transport=transport)
+            asked = clock.wall()
             run.gather()
-            self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error)
+            self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error, asked=asked)
             plan = run.plan()
             pending = [FollowUp.model_validate(item) for item in self.store.get(PENDING_FOLLOWUPS) or []]
             carry_over(run.ctx, plan, pending)

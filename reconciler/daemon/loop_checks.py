@@ -98,12 +98,15 @@ class Schedules(LoopCore):
                                                       ok=result.ok, message=result.message, busbw=result.value)
         self.metrics.set_gpu_faults(check_store.latest(store.conn))
 
-    def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None) -> None:
-        """Keep Slurm's draining/drained nodes and their reasons for the status page (not when Slurm did not answer)."""
+    def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None,
+                        asked: float | None = None) -> None:
+        """Keep Slurm's draining/drained nodes and their reasons for the status page and an ended upgrade's present
+        states (not when Slurm did not answer); ASKED: when the view was asked for (it is at least that new)."""
         if error or not nodes:
             return
         drained = [{"node": n.name, "state": n.state, "reason": n.reason} for n in nodes.values() if n.drained]
-        (store or self.store).set(DRAINED_KEY, {"at": clock.wall(), "nodes": sorted(drained, key=lambda d: d["node"])})
+        (store or self.store).set(DRAINED_KEY, {"at": clock.wall(), "asked": asked,
+                                                "nodes": sorted(drained, key=lambda d: d["node"])})
         self.metrics.set_drained({n.name: n.reason for n in nodes.values() if n.drained})
 
     def _refresh_drained(self, transport: Transport, state: DesiredState, store: Store) -> None:
@@ -112,5 +115,6 @@ class Schedules(LoopCore):
 
         controller = node_specs(state).get(state.cluster.controllers[0])
         if controller is not None:
+            asked = clock.wall()
             view = fetch_view(transport, controller)
-            self._record_drained(view.nodes, view.error, store)
+            self._record_drained(view.nodes, view.error, store, asked=asked)

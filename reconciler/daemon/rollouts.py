@@ -52,7 +52,8 @@ def rolled_back_record(result: RolloutResult) -> dict[str, Any]:
     return {"wave": result.failed_wave, "gate": gate.get("gate"), "nodes": gate.get("nodeset") or "",
             "message": gate.get("message"), "drained": gate.get("drained") or {}, "failed": gate.get("failed") or [],
             "reverted": (result.rollback or {}).get("nodes"), "resumed": (result.rollback or {}).get("resumed", []),
-            "to": result.previous, "status": result.status, **_restore_summary(result.rollback or {})}
+            "to": result.previous, "status": result.status, "errors": (result.rollback or {}).get("errors") or [],
+            **_restore_summary(result.rollback or {})}
 
 
 def _restore_summary(rollback: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,10 @@ from typing import Any
 from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
-from reconciler.daemon.store import JOURNAL_KEY, DriftRecord, RunRecord, Store
+from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY, DriftRecord, RunRecord, Store
 from reconciler.ha.role import HA_KEY
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
-DRAINED_KEY = "drained_nodes"  # meta key: {"at": unix time, "nodes": [{"node", "state", "reason"}]}
 MAX_RUNS = 20
 MAX_ROLLOUTS = 3  # rollouts shown with their timelines
 MAX_DRIFT = 300  # drift rows shown (the rest counted)
@@ -82,6 +81,7 @@ class Snapshot:
     gpu_faults: list[GpuFault] = field(default_factory=list)  # in the latest node check results
     drained: list[DrainedNode] = field(default_factory=list)
     drained_at: float | None = None
+    drained_view: dict[str, Any] = field(default_factory=dict)  # the record itself (DRAINED_KEY)
     busbw: dict[str, dict[str, list[BusbwPoint]]] = field(default_factory=dict)  # check -> node -> points
     rollout_in_flight: dict[str, Any] | None = None  # the journal of the rollout under way
     rollouts: list[dict[str, Any]] = field(default_factory=list)  # recent rollout records, newest first
@@ -110,6 +110,7 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.ha = store.get(HA_KEY)
         snap.promotion = promotion_view.load(store)
         drained = store.get(DRAINED_KEY) or {}
+        snap.drained_view = drained
         snap.drained_at = drained.get("at")
         snap.drained = [DrainedNode(d["node"], d["state"], d.get("reason")) for d in drained.get("nodes", [])]
         if store.conn.execute("SELECT 1 FROM sqlite_master WHERE name='check_results'").fetchone():
@@ -278,7 +279,7 @@ def _timeline_rows(record: dict[str, Any]) -> list[list[str]]:
 
 
 UPGRADE_BADGE = {"done": "applied", "failed": "failed", "rolled-back": "failed", "rolling-back": "failed",
-                 "upgrade-required": "muted"}
+                 "rollback-failed": "failed", "upgrade-required": "muted"}
 
 
 def _upgrade_table(upgrade: dict[str, Any] | None, in_flight: bool, now: float) -> str:
@@ -317,16 +318,22 @@ def _rollout_section(s: Snapshot) -> str:
         if rollback.get("before_image"):  # a first commit: the before-images, no commit to name
             lines = [restore_headline(rollback)] + rollback_lines(rollback, why=FIRST_COMMIT)
             parts.append(f'<pre class="restore">{_t(chr(10).join(lines))}</pre>')
+        elif rollback.get("nodes") and not rollback.get("ok", True):  # what failed, never "rolled back"
+            parts.append(f'<pre class="restore">{_t(chr(10).join(rollback_lines(rollback)))}</pre>')
         elif rollback.get("nodes"):
             parts.append(f'<p>Rolled back <code>{_t(rollback["nodes"])}</code> to {_commit(rollback.get("to"))}'
                          f'; resumed: {_t(", ".join(rollback.get("resumed") or []) or "none")}</p>')
         rows = _timeline_rows(record)
         if rows:
             parts.append(_table(["wave", "nodes", "apply", "gates and soak", "result"], rows, "timeline"))
-        if number == 0 and not flight:  # the last upgrade's final states
-            parts.append(_upgrade_table(upgrade_view.upgrade_of(record), False, s.generated))
+        if number == 0 and not flight:  # the last upgrade, as it stands now
+            found = upgrade_view.current(None, record, s.drained_view)
+            parts.append(_upgrade_table(found[0] if found else None, False, s.generated))
     if s.rolled_back:
-        rows = [[_commit(commit), _t(why.get("gate")), f"<code>{_t(why.get('nodes'))}</code>", _t(why.get("message")),
+        rows = [[_commit(commit), _t(why.get("gate")), f"<code>{_t(why.get('nodes'))}</code>",
+                 _t(why.get("message")) + (f'<br><span class="bad">rollback FAILED: {_t("; ".join(why["errors"]))}'
+                                           "</span>" if why.get("status") == "rollback-failed" and why.get("errors")
+                                           else ""),
                  f"<code>reconciler rollout retry {_t(commit[:12])}</code>"]
                 for commit, why in sorted(s.rolled_back.items(), key=lambda kv: -float(kv[1].get("at") or 0))]
         parts.append("<h3>Rolled back (not applied again)</h3>"

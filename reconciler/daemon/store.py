@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS rollouts (
 JOURNAL_KEY = "rollout_journal"  # the rollout in flight (reconciler/rollout/runner.py), for crash recovery
 PENDING_FOLLOWUPS = "pending_followups"  # follow-ups of an apply not yet run (a crash journal)
 ROLLED_BACK_KEY = "rolled_back"  # commit -> why it was rolled back: never applied again unless retried
+# Slurm's draining/drained nodes as last seen: {"at": recorded, "asked": when the view was asked for (the view is
+# at least that new), "nodes": [{"node", "state", "reason"}]}
+DRAINED_KEY = "drained_nodes"
 
 MAX_DIFF = 64 * 1024  # characters of a drift diff kept for the status page
 

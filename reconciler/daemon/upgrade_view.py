@@ -3,6 +3,11 @@
 The upgrade machine (reconciler/rollout/upgrade.py) journals `record["upgrade"]` in the rollout record before each
 step: `{"nodes": {NODE: {"state", "since", "reason", "boot_id", "jobs"}}, "max_unavailable": N, "failed": [...]}`.
 This module only reads that record (the one in flight, else the last rollout's); it never writes.
+
+An ended upgrade is shown as it stands now, not as it ended (`present`): a node it left drained for a human (failed,
+rollback-failed, or failed and rolled back) whose upgrade drain Slurm no longer shows, in a view of Slurm asked for
+after the node got there (the daemon's drained-nodes record), is `released`: a human took it over (resumed it, or
+drained it with a reason of their own). The journal and the rollout history keep what happened.
 """
 
 from __future__ import annotations
@@ -14,13 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.common import hostlist
+from reconciler.drivers.node_state import UPGRADE_PREFIX
 
 # The machine's states in the order a node goes through them (status lists states in this order).
 STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
-          "done", "failed", "rolling-back", "rolled-back")
+          "done", "failed", "rolling-back", "rolled-back", "rollback-failed")
 # where the node's reason says why (upgrade-required: why it was skipped, e.g. an admin's drain)
-REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back"})
+REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back", "rollback-failed"})
 JOB_STATES = frozenset({"draining", "waiting-for-jobs"})  # where the node's running jobs are worth a word
+RELEASED = "released"  # not a machine state: an ended upgrade's node that a human has taken over since
+VIEW_STATES = (*STATES, RELEASED)
+HELD = frozenset({"failed", "rollback-failed"})  # final states in which the upgrade leaves the node drained
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class NodeUpgrade:
         """What is said beside the node: its running jobs while it drains, why it failed or was rolled back."""
         if self.state in JOB_STATES and self.jobs > 0:  # -1: the machine could not count them
             return f"{self.jobs} job" + ("s" if self.jobs != 1 else "")
-        if self.state in REASON_STATES and self.reason:
+        if (self.state in REASON_STATES or self.state == RELEASED) and self.reason:
             return self.reason
         return None
 
@@ -66,26 +75,33 @@ def upgrade_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return upgrade if isinstance(upgrade, dict) and isinstance(upgrade.get("nodes"), dict) else None
 
 
-def current(in_flight: dict[str, Any] | None, last: dict[str, Any] | None) -> tuple[dict[str, Any], bool] | None:
-    """The upgrade to show: the one in flight, else the last rollout's (its final states); with in-flight or not."""
+def current(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
+            drained: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool] | None:
+    """The upgrade to show: the one in flight, else the last rollout's as it stands now (`present`, by DRAINED);
+    with in-flight or not."""
     if in_flight is not None:
         upgrade = upgrade_of(in_flight)
         return (upgrade, True) if upgrade is not None else None
     upgrade = upgrade_of(last) or from_timeline(last)
-    return (upgrade, False) if upgrade is not None else None
+    return (present(upgrade, drained), False) if upgrade is not None else None
 
 
 def from_timeline(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """The final states of an ended rollout's upgrade, from its waves' summaries (`timeline[i]["upgrade"]`:
     done, failed {node: why}, skipped {node: why}, rolled_back), when the record keeps no `upgrade` of its own.
 
-    Those summaries have no times: the nodes come without `since`. A skipped node never started: upgrade-required.
+    Those summaries have no times: the nodes come without `since` (the upgrade's `ended` is the last wave's end). A
+    skipped node never started: upgrade-required. `failed` names every node that failed, rolled back since or not.
     """
     nodes: dict[str, dict[str, Any]] = {}
+    failed: set[str] = set()
+    ended: float | None = None
     for entry in (record or {}).get("timeline") or []:
         summary = entry.get("upgrade") if isinstance(entry, dict) else None
         if not isinstance(summary, dict):
             continue
+        ended = _number(entry.get("ended")) or ended
+        failed |= {str(n) for n in summary.get("failed") or []}
         for node in summary.get("done") or []:
             nodes[str(node)] = {"state": "done"}
         for key, state in (("skipped", "upgrade-required"), ("failed", "failed")):
@@ -94,7 +110,38 @@ def from_timeline(record: dict[str, Any] | None) -> dict[str, Any] | None:
                 nodes[str(node)] = {"state": state, "reason": why}
         for node in summary.get("rolled_back") or []:
             nodes[str(node)] = {"state": "rolled-back", "reason": (nodes.get(str(node)) or {}).get("reason")}
-    return {"nodes": nodes, "failed": sorted(n for n, e in nodes.items() if e["state"] == "failed")} if nodes else None
+        for node, why in dict(summary.get("rollback_errors") or {}).items():
+            nodes[str(node)] = {"state": "rollback-failed", "reason": why}
+    return {"nodes": nodes, "failed": sorted(failed & set(nodes)), "ended": ended} if nodes else None
+
+
+def present(upgrade: dict[str, Any], drained: dict[str, Any] | None) -> dict[str, Any]:
+    """An ENDED upgrade as it stands now, by DRAINED (the daemon's record of Slurm's drained nodes): a node the
+    upgrade left drained whose drain is no longer the upgrade's, in a view asked for after the node reached its
+    final state (`since`), is `released`, its reason saying what it was and what Slurm shows now. Without such a
+    view (none yet, or older than the node's state) the journalled state stands."""
+    asked = _number((drained or {}).get("asked"))
+    if asked is None:
+        return upgrade
+    now = {str(d.get("node")): d for d in (drained or {}).get("nodes") or [] if isinstance(d, dict)}
+    failed = set(upgrade.get("failed") or [])
+    nodes = dict(upgrade.get("nodes") or {})
+    for node, entry in nodes.items():
+        entry = entry if isinstance(entry, dict) else {}
+        state, since = entry.get("state"), _number(entry.get("since")) or _number(upgrade.get("ended"))
+        held = state in HELD or (state == "rolled-back" and node in failed)
+        if not held or since is None or asked <= since:
+            continue
+        seen = now.get(node)
+        reason = str((seen or {}).get("reason") or "")
+        if seen is not None and reason.startswith(UPGRADE_PREFIX):
+            continue  # still the upgrade's drain: what the journal says is what is
+        was = f"was {state}" + (f": {entry.get('reason')}" if entry.get("reason") else "")
+        is_now = (f"now {str(seen.get('state') or 'drained').lower()}" + (f" ({reason})" if reason else "")
+                  if seen is not None else "no longer drained")
+        nodes[node] = {**entry, "state": RELEASED, "reason": f"{is_now}; {was}", "since": asked}
+    return {**upgrade, "nodes": nodes, "failed": [n for n in upgrade.get("failed") or []
+                                                 if (nodes.get(n) or {}).get("state") != RELEASED]}
 
 
 def node_states(upgrade: dict[str, Any]) -> list[NodeUpgrade]:
@@ -121,7 +168,7 @@ def _text(value: Any) -> str | None:
 
 def state_order(state: str) -> tuple[int, str]:
     """Known states in the machine's order, unknown ones after them by name."""
-    return (STATES.index(state), "") if state in STATES else (len(STATES), state)
+    return (VIEW_STATES.index(state), "") if state in VIEW_STATES else (len(VIEW_STATES), state)
 
 
 def groups(nodes: Iterable[NodeUpgrade]) -> list[StateGroup]:
@@ -167,9 +214,10 @@ def part_text(nodes: str, detail: str | None) -> str:
 def headline(upgrade: dict[str, Any], in_flight: bool, commit: str | None = None) -> str:
     """One line: how many nodes, how many done and failed, the limit on nodes out at a time."""
     nodes = node_states(upgrade)
-    tally = {s: sum(1 for n in nodes if n.state == s) for s in ("done", "failed", "rolled-back")}
+    shown = ("failed", "rolled-back", "rollback-failed", RELEASED)
+    tally = {s: sum(1 for n in nodes if n.state == s) for s in ("done", *shown)}
     words = [f"{len(nodes)} node(s)", f"{tally['done']} done"]
-    words += [f"{tally[s]} {s}" for s in ("failed", "rolled-back") if tally[s]]
+    words += [f"{tally[s]} {s}" for s in shown if tally[s]]
     limit = upgrade.get("max_unavailable")
     where = ("in flight" if in_flight else "ended") + (f" ({commit[:12]})" if commit else "")
     return f"{where}: " + ", ".join(words) + (f"; at most {limit} out at a time" if limit is not None else "")
@@ -205,10 +253,11 @@ def as_json(upgrade: dict[str, Any], in_flight: bool, now: float | None = None) 
     }
 
 
-def status_json(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
-                now: float | None = None) -> dict[str, Any] | None:
-    """`status`'s "upgrade" key: the upgrade in flight or the last one, with its commit; None without one."""
-    found = current(in_flight, last)
+def status_json(in_flight: dict[str, Any] | None, last: dict[str, Any] | None, now: float | None = None,
+                drained: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """`status`'s "upgrade" key: the upgrade in flight or the last one as it stands now, with its commit; None
+    without one."""
+    found = current(in_flight, last, drained)
     if found is None:
         return None
     upgrade, flying = found
@@ -216,10 +265,10 @@ def status_json(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
     return {"commit": (record or {}).get("commit"), **as_json(upgrade, flying, now)}
 
 
-def status_lines(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
-                 now: float | None = None) -> list[str]:
-    """`status`'s upgrade lines for the upgrade in flight or the last one; none without one."""
-    found = current(in_flight, last)
+def status_lines(in_flight: dict[str, Any] | None, last: dict[str, Any] | None, now: float | None = None,
+                 drained: dict[str, Any] | None = None) -> list[str]:
+    """`status`'s upgrade lines for the upgrade in flight or the last one as it stands now; none without one."""
+    found = current(in_flight, last, drained)
     if found is None:
         return []
     upgrade, flying = found
@@ -236,21 +285,22 @@ def metric_series(upgrade: dict[str, Any] | None) -> dict[tuple[str, str], int]:
     """
     series: dict[tuple[str, str], int] = {}
     for n in node_states(upgrade) if upgrade is not None else []:
-        for state in STATES:
+        for state in VIEW_STATES:
             series[(n.node, state)] = 0
         series[(n.node, n.state)] = 1
     return series
 
 
 def load(db: Path) -> dict[str, Any] | None:
-    """The upgrade to export from the state database DB (read-only): in flight, else the last rollout's."""
-    from reconciler.daemon.store import JOURNAL_KEY, Store
+    """The upgrade to export from the state database DB (read-only): in flight, else the last rollout's as it
+    stands now."""
+    from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY, Store
 
     if not db.exists():
         return None
     store = Store.open_read_only(db)
     try:
-        found = current(store.get(JOURNAL_KEY), next(iter(store.rollouts(1)), None))
+        found = current(store.get(JOURNAL_KEY), next(iter(store.rollouts(1)), None), store.get(DRAINED_KEY))
     finally:
         store.close()
     return found[0] if found is not None else None

@@ -47,6 +47,8 @@ def banner(commit: str, record: dict[str, Any]) -> str:
     elif record.get("reverted"):
         lines.append(f"- **Put back** on `{_md(record['reverted'])}` to `{str(record.get('to') or '-')[:12]}`"
                      + (f"; resumed `{_md(', '.join(record.get('resumed') or []))}`" if record.get("resumed") else ""))
+    if record.get("status") == "rollback-failed" and record.get("errors"):
+        lines.append(f"- **Rollback failed**: {_md('; '.join(str(e) for e in record['errors']))}")
     lines += ["", f"The daemon will not apply this commit again. A newer commit is tried as usual; "
               f"`reconciler rollout retry {commit[:12]}` forces this one.", BANNER_END, ""]
     return "\n".join(lines)

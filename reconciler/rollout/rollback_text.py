@@ -42,6 +42,9 @@ def rollback_lines(rollback: dict[str, Any], why: str = "no --previous") -> list
     if missing:
         lines.append("NOT restored:")
         lines += [f"  {node}: {what}" for node, items in sorted(missing.items()) for what in items]
+    if rollback.get("upgrade_errors"):  # the upgrade machine's own undo (a downgrade, a reboot) of these nodes
+        lines.append("upgrade NOT rolled back:")
+        lines += [f"  {error}" for error in rollback["upgrade_errors"]]
     if not lines:
         lines.append(f"nothing to restore on {rollback['nodes']}")
     return lines + drained
@@ -51,6 +54,10 @@ def restore_headline(rollback: dict[str, Any]) -> str:
     """One line for a before-image restore (RolloutResult.rollback with `before_image`): its nodes, and whether
     every resource came back; it names no commit, there being none to go back to."""
     missing = rollback.get("not_restored") or {}
+    stuck = [str(e).split(":", 1)[0] for e in rollback.get("upgrade_errors") or []]
+    if stuck:
+        return (f"restore of {rollback.get('nodes')} to the state found before the apply (before-images) INCOMPLETE: "
+                f"the upgrade's rollback failed on {hostlist.compress(sorted(set(stuck)))}")
     if not missing:
         return (f"restored {rollback.get('nodes')} to the state found before the apply (before-images; "
                 f"{FIRST_COMMIT})")

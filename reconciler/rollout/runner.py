@@ -93,6 +93,7 @@ class RolloutResult:
     failures: dict[str, list[str]] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     held: list[Change] = field(default_factory=list)  # needing a reboot/driver reload the caller did not allow
+    upgrade: dict[str, Any] | None = None  # the upgrade machine's node states as the rollout ended (its rollback's)
 
     @property
     def reason(self) -> str:
@@ -105,9 +106,10 @@ class RolloutResult:
 
     def as_dict(self) -> dict[str, Any]:
         """For the store, `reconciler status` and the status page."""
-        return {"status": self.status, "commit": self.commit, "previous": self.previous,
-                "waves": self.waves.as_dict(), "timeline": self.timeline, "failed_wave": self.failed_wave,
-                "failed_gate": self.failed_gate, "rollback": self.rollback, "reason": self.reason}
+        out = {"status": self.status, "commit": self.commit, "previous": self.previous,
+               "waves": self.waves.as_dict(), "timeline": self.timeline, "failed_wave": self.failed_wave,
+               "failed_gate": self.failed_gate, "rollback": self.rollback, "reason": self.reason}
+        return out if self.upgrade is None else {**out, "upgrade": self.upgrade}
 
 
 def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
@@ -258,12 +260,14 @@ class RolloutRunner:
             record["timeline"] = result.timeline
             if failed is not None and not wave.gated:  # one shot (waves: all, bootstrap): fails as it always did
                 result.status, result.failed_wave, result.failed_gate = "failed", wave.index, failed.as_dict()
+                result.upgrade = _final_upgrade(record)
                 self.journal.clear()
                 return result
             if failed is not None:
                 record.update(failed_wave=wave.index, failed_gate=failed.as_dict())
                 return self._roll_back(record, waves, before, wave.index, failed.as_dict(), result)
             self.journal.save(record)
+        result.upgrade = _final_upgrade(record)
         self.journal.clear()
         self.on_event("finished", result.as_dict())
         return result
@@ -316,7 +320,7 @@ class RolloutRunner:
                  f"(max_unavailable {self.upgrade.max_unavailable if self.upgrade else 1})")
         outcome = machine.run(nodes)
         entry["upgrade"] = {"done": outcome.done, "failed": outcome.failed, "skipped": outcome.skipped,
-                            "rolled_back": outcome.rolled_back}
+                            "rolled_back": outcome.rolled_back, "rollback_errors": outcome.rollback_errors}
         out = set(outcome.failed) | set(outcome.skipped)
         if outcome.stopped:
             return GateResult("upgrade", False, "stop requested during the upgrade", sorted(out)), out
@@ -337,27 +341,31 @@ class RolloutRunner:
         self.journal.save(record)
         self.on_event("failed", result.as_dict())
         started = time.time()
+        upgrade_errors: list[str] = []
         if self.upgrade is not None and record.get("upgrade", {}).get("work"):
-            self._machine(record).roll_back(reached)  # a downgrade and a reboot: the plain apply would hold it
+            # a downgrade and a reboot: the plain apply would hold it; a node whose rollback failed is named
+            _, failed = self._machine(record).roll_back(reached)
+            upgrade_errors = [f"{n}: {why}" for n, why in sorted(failed.items())]
         if self.old is None:
-            return self._restore(record, reached, before, gate, result, started)
+            return self._restore(record, reached, before, gate, result, started, upgrade_errors)
         to = f"commit {str(self.old.commit)[:12]}" if self.old.commit else "the --previous state"
         self.log(f"rollout: rolling back {hostlist.compress(reached)} to {to}")
         failpoint("rollback.before-apply")
         undone = self._apply(self.old, reached, record)
         failpoint("rollback.after-apply")
         resumed = self._resume_drains(reached, before, gate)
-        errors = [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
+        errors = upgrade_errors + [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
         result.rollback = {"ok": not errors, "nodes": hostlist.compress(reached), "to": self.old.commit,
                            "changes": len(undone.applied), "resumed": resumed, "errors": errors,
                            "left_drained": _left_drained(record), "started": started, "ended": time.time()}
         result.status = "rolled-back" if not errors else "rollback-failed"
+        result.upgrade = _final_upgrade(record)
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
         return result
 
     def _restore(self, record: dict[str, Any], reached: list[str], before: SlurmView, gate: dict[str, Any],
-                 result: RolloutResult, started: float) -> RolloutResult:
+                 result: RolloutResult, started: float, upgrade_errors: list[str]) -> RolloutResult:
         """No previous commit: put what the commit changed on REACHED back to the before-images its plans read
         (reconciler/engine/restore.py), then resume the drains it caused; the record says what was restored."""
         image = BeforeImage.model_validate(record.get("before_image") or {})
@@ -374,13 +382,15 @@ class RolloutRunner:
         report = restore(run.ctx, image, self.transport, self.options, self.log)
         failpoint("rollback.after-apply")
         resumed = self._resume_drains(reached, before, gate)
-        errors = [f"{n}: not restored: {m}" for n, ms in sorted(report.not_restored.items()) for m in ms]
-        result.rollback = {"ok": report.ok, "nodes": nodes, "to": None, "before_image": True, **report.as_dict(),
-                           "after_restart": again,
+        errors = upgrade_errors + [f"{n}: not restored: {m}" for n, ms in sorted(report.not_restored.items())
+                                   for m in ms]
+        result.rollback = {"ok": report.ok and not upgrade_errors, "nodes": nodes, "to": None, "before_image": True,
+                           **report.as_dict(), "after_restart": again,
                            "changes": sum(len(v) for v in report.restored.values()), "resumed": resumed,
-                           "errors": errors, "left_drained": _left_drained(record), "started": started,
-                           "ended": time.time()}
-        result.status = "rolled-back" if report.ok else "rollback-failed"
+                           "errors": errors, "upgrade_errors": upgrade_errors, "left_drained": _left_drained(record),
+                           "started": started, "ended": time.time()}
+        result.status = "rolled-back" if result.rollback["ok"] else "rollback-failed"
+        result.upgrade = _final_upgrade(record)
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
         return result
@@ -411,11 +421,24 @@ class RolloutRunner:
         return resumed
 
 
+def _final_upgrade(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The upgrade part of the journal as the rollout ends (node states, failed, the limit), for its record; the
+    undo commands stay out."""
+    upgrade = record.get("upgrade")
+    if not isinstance(upgrade, dict) or not upgrade.get("nodes"):
+        return None
+    return {k: v for k, v in upgrade.items() if k != "work"}
+
+
 def _left_drained(record: dict[str, Any]) -> dict[str, str]:
-    """Nodes whose upgrade failed: kept drained for a human (a rollback never lifts an upgrade drain), with why."""
+    """Nodes whose upgrade or its rollback failed: kept drained for a human (a rollback never lifts an upgrade
+    drain), with why."""
     upgrade = record.get("upgrade") or {}
     nodes = upgrade.get("nodes") or {}
-    return {n: str((nodes.get(n) or {}).get("reason") or "upgrade failed") for n in upgrade.get("failed") or []}
+    out = {n: str((nodes.get(n) or {}).get("reason") or "upgrade failed") for n in upgrade.get("failed") or []}
+    out.update({n: str(e.get("reason") or "rollback failed") for n, e in nodes.items()
+                if isinstance(e, dict) and e.get("state") == "rollback-failed"})
+    return out
 
 
 def _wave_plan(data: dict[str, Any]) -> WavePlan:

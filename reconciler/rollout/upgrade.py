@@ -6,7 +6,8 @@ validating -> done, or ends `failed` (kept drained with the reason). Its state i
 whose boot id already changed goes on to `validating`, and a node is resumed only while the upgrade's own drain
 holds it (once). At most `max_unavailable` nodes are out at a time; past `failure_budget` failed nodes no new
 node starts and every node the upgrade reached is rolled back (its before-image undo, then a reboot or reload
-again): `rolling-back` -> `rolled-back`.
+again): `rolling-back` -> `rolled-back`, or `rollback-failed` (kept drained, the reason naming the step that failed;
+final: a human takes it from there, no later pass tries it again).
 
 The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `RebootSteps`
 data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (reconciler/rollout/
@@ -30,8 +31,8 @@ from reconciler.model.upgrade import Upgrade
 from reconciler.transport.base import Transport
 
 STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
-          "done", "failed", "rolling-back", "rolled-back")
-FINAL = frozenset({"done", "failed", "rolled-back"})
+          "done", "failed", "rolling-back", "rolled-back", "rollback-failed")
+FINAL = frozenset({"done", "failed", "rolled-back", "rollback-failed"})
 Log = Callable[[str], None]
 
 
@@ -76,8 +77,10 @@ class UpgradeOutcome:
         """One line for a gate record."""
         head = "; ".join(f"{n}: {w}" for n, w in sorted(self.failed.items()))
         if self.over_budget:
+            stuck = "; ".join(f"{n}: {w}" for n, w in sorted(self.rollback_errors.items()))
             return (f"{len(self.failed)} node(s) failed the upgrade, past the failure budget: {head}"
-                    + (f"; rolled back {', '.join(self.rolled_back)}" if self.rolled_back else ""))[:500]
+                    + (f"; rolled back {', '.join(self.rolled_back)}" if self.rolled_back else "")
+                    + (f"; rollback FAILED on {stuck}" if stuck else ""))[:1000]
         return head[:500]
 
 
@@ -214,6 +217,9 @@ class UpgradeMachine:
             for node in back:
                 outcome.done = [n for n in outcome.done if n != node]
                 outcome.failed.setdefault(node, str(self.nodes[node].get("reason") or "rolled back"))
+            for node, why in errors.items():  # neither done nor put back: out of the gates, drained for a human
+                outcome.done = [n for n in outcome.done if n != node]
+                outcome.failed[node] = why
         return outcome
 
     def _over_budget(self) -> bool:
@@ -371,15 +377,15 @@ class UpgradeMachine:
 
     def roll_back(self, nodes: list[str]) -> tuple[list[str], dict[str, str]]:
         """Put NODES (those the upgrade applied something on) back: undo, reboot or reload, wait; resume the ones
-        that had passed, keep the failed ones drained. Returns the nodes rolled back and the errors."""
-        todo = [n for n in nodes if n in self.work and self.nodes.get(n, {}).get("state") != "rolled-back"]
-        errors: dict[str, str] = {}
-        if not todo:
-            return [], errors
-        with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
-            for node, error in zip(todo, pool.map(self._back, todo), strict=True):
-                if error:
-                    errors[node] = error
+        that had passed, keep the failed ones drained. Returns the nodes rolled back and, for every node of NODES
+        whose rollback failed (now or in an earlier pass: never tried again), why."""
+        done = ("rolled-back", "rollback-failed")
+        todo = [n for n in nodes if n in self.work and self.nodes.get(n, {}).get("state") not in done]
+        if todo:
+            with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
+                list(pool.map(self._back, todo))
+        errors = {n: str(self.nodes[n].get("reason") or "rollback failed") for n in nodes  # rolling-back: stopped
+                  if n in self.work and self.nodes.get(n, {}).get("state") in ("rollback-failed", "rolling-back")}
         return [n for n in todo if self.nodes[n]["state"] == "rolled-back"], errors
 
     def _back(self, node: str) -> str | None:
@@ -404,11 +410,14 @@ class UpgradeMachine:
             elif work.get("needs") == "driver-reload":
                 for command in self.hooks.reload(node).commands:
                     self._must(node, command, "driver reload")
-        except NodeFailed as exc:
-            why = f"rollback failed: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a broken step fails this node's rollback, never the others'
+            why = f"rollback failed: {exc if isinstance(exc, NodeFailed) else f'{type(exc).__name__}: {exc}'}"
             if self.hooks.fail is not None:
                 self._sh(steps.run_on, self.hooks.fail(node, why))
-            self._note(node, reason=why)
+            if self.should_stop():  # not failed, interrupted: still rolling-back, finished at the next start
+                self._note(node, reason=why)
+            else:
+                self._set(node, "rollback-failed", reason=why)
             return why
         if work.get("failed"):
             reason = f"{self.nodes[node].get('reason') or 'failed'}; rolled back"

@@ -231,7 +231,7 @@ def test_metric_is_a_state_set_one_for_the_current_state_zero_for_the_others() -
     metrics = Metrics()
     metrics.set_upgrade(upgrade_record())
     lines = metric_lines(metrics)
-    assert len(lines) == 8 * len(upgrade_view.STATES)
+    assert len(lines) == 8 * len(upgrade_view.VIEW_STATES)
     ones = sorted(line for line in lines if line.endswith(" 1.0"))
     assert ones == sorted(f'reconciler_node_upgrade_state{{node="{n}",state="{s}"}} 1.0' for n, s in [
         ("gpu01", "done"), ("gpu02", "done"), ("gpu03", "rebooting"), ("gpu04", "rebooting"),
@@ -240,7 +240,7 @@ def test_metric_is_a_state_set_one_for_the_current_state_zero_for_the_others() -
     assert 'reconciler_node_upgrade_state{node="gpu06",state="done"} 0.0' in lines
     metrics.set_upgrade({"nodes": {"gpu01": node("frobnicating", 1)}})  # unknown: exported, not hidden
     assert 'reconciler_node_upgrade_state{node="gpu01",state="frobnicating"} 1.0' in metric_lines(metrics)
-    assert len(metric_lines(metrics)) == len(upgrade_view.STATES) + 1
+    assert len(metric_lines(metrics)) == len(upgrade_view.VIEW_STATES) + 1
     metrics.set_upgrade(None)
     assert metric_lines(metrics) == []
 
