@@ -85,11 +85,7 @@ class Schedules(LoopCore):
         except Exception as exc:  # noqa: BLE001 - a broken check must not stop reconciling
             log.exception("checks.error", error=f"{type(exc).__name__}: {exc}")
             return
-        if any(not r.skipped for r in results):
-            self._refresh_drained(transport, state, store)
-        drains = [(a.node, a.check, a.reason) for a in checked.actions if a.kind == "drain" and a.done]
-        if drains:
-            self._notify(lambda: notify.drained_message(drains, state.cluster.name))
+        # results first: the metrics must not wait for the controller's answer below or a slow notifier
         for result in results:
             if result.skipped:
                 continue
@@ -97,6 +93,11 @@ class Schedules(LoopCore):
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
         self.metrics.set_gpu_faults(check_store.latest(store.conn))
+        if any(not r.skipped for r in results):
+            self._refresh_drained(transport, state, store)
+        drains = [(a.node, a.check, a.reason) for a in checked.actions if a.kind == "drain" and a.done]
+        if drains:
+            self._notify(lambda: notify.drained_message(drains, state.cluster.name))
 
     def _record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None,
                         asked: float | None = None) -> None:

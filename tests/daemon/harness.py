@@ -111,6 +111,15 @@ class DaemonProcess:
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.log_tail()}")
 
+    def wait_check_passes(self, check: str, node: str, timeout: float = 120.0) -> None:
+        """Wait until a CHECK result on NODE logged from now on passes. A node drained by a check is resumed for
+        good only then: to retest it the daemon resumes it inside a reservation first, and drains it again if the
+        retest fails or is cut short (a daemon stopped), so "no DRAIN" alone is not a resume."""
+        seen = len(self.events())
+        self.wait_for(f"{check} passes on {node}", lambda: any(
+            e.get("event") == "check.result" and e.get("check") == check and e.get("node") == node and e.get("ok")
+            for e in self.events()[seen:]), timeout)
+
     def wait_applied(self, commit: str, timeout: float = 120.0) -> dict[str, Any]:
         """Wait until the daemon reports `commit` applied (or in sync)."""
         return self.wait_for(f"commit {commit[:12]} applied",

@@ -324,7 +324,8 @@ def test_scheduled_checks_drain_and_resume_with_metrics(dbed: DaemonBed) -> None
         gpu_seconds = re.search(r'^reconciler_check_gpu_seconds_total\{check="nccl"\} (\S+)$', metrics, re.M)
         assert gpu_seconds and float(gpu_seconds.group(1)) > 0, metrics
         dbed.bed.exec("gpu02", "rm /etc/reconciler-standin/degraded")
-        daemon.wait_for("gpu02 resumed", lambda: "DRAIN" not in reason("gpu02"), timeout=120)
+        daemon.wait_check_passes("nccl", "gpu02")  # not merely "no DRAIN": a retest resumes it for a while
+        daemon.wait_for("gpu02 resumed", lambda: "DRAIN" not in reason("gpu02"), timeout=60)
         daemon.wait_for("status clear", lambda: not daemon.status()["failing_checks"], timeout=30)
     finally:
         dbed.bed.exec("gpu02", "rm -f /etc/reconciler-standin/degraded")
@@ -340,6 +341,18 @@ checks:
       interval: 5s
       gpus: {count: 8, model: H200, driver: "580.", pcie: {gen: 5, width: 16}, nvlinks: 18}
 """
+
+
+def first_check_runs_after(daemon: DaemonProcess, seen: int) -> list[dict[str, bool]]:
+    """Each check run that started after the daemon's first SEEN log lines: node -> ok of its check.result lines
+    (the results of a run that started before are left out)."""
+    runs: list[dict[str, bool]] = []
+    for event in daemon.events()[seen:]:
+        if event.get("event") == "checks.start":
+            runs.append({})
+        elif event.get("event") == "check.result" and runs:
+            runs[-1][str(event.get("node"))] = bool(event.get("ok"))
+    return [run for run in runs if run]
 
 
 def test_daemon_drains_an_xid_79_within_one_check_interval_and_resumes(dbed: DaemonBed) -> None:
@@ -358,15 +371,18 @@ def test_daemon_drains_an_xid_79_within_one_check_interval_and_resumes(dbed: Dae
         daemon.wait_for("gpu checks pass", lambda: 'reconciler_check_ok{check="gpu-health",node="gpu02"} 1.0'
                         in scrape(daemon), timeout=60)
         dbed.bed.exec("gpu02", f"mkdir -p /etc/reconciler-standin && echo 'xid79 3' > {faults}")
-        planted = time.monotonic()
+        planted, seen = time.monotonic(), len(daemon.events())
         daemon.wait_for("gpu02 drained", lambda: "Reason=reconciler: gpu 3 xid 79 (fallen off the bus)" in line("gpu02"),
                         timeout=60)
-        took = time.monotonic() - planted
-        print(f"\nXID 79 planted -> gpu02 drained in {took:.1f}s (check interval 5s)")
-        assert took < 5 + 5  # one interval, plus the probe and the drain themselves
+        print(f"\nXID 79 planted -> gpu02 drained in {time.monotonic() - planted:.1f}s (check interval 5s)")
+        # the promise is "the next scheduled check", not a number of seconds (a loaded login node runs it later):
+        # the first check run that started after the fault was planted found it (one in flight then may have too)
+        runs = first_check_runs_after(daemon, seen)
+        assert runs and runs[0]["gpu02"] is False, runs
         assert "DRAIN" not in line("gpu01")
+        daemon.wait_for("the fault's metric", lambda: 'reconciler_gpu_fault{gpu="3",kind="xid",node="gpu02"} 1.0'
+                        in scrape(daemon), timeout=30)
         metrics = scrape(daemon)
-        assert 'reconciler_gpu_fault{gpu="3",kind="xid",node="gpu02"} 1.0' in metrics, metrics
         assert 'node="gpu01"' not in "".join(m for m in metrics.splitlines() if m.startswith("reconciler_gpu_fault"))
         listen = json.loads(daemon.config.read_text())["metrics_listen"]
         with urllib.request.urlopen(f"http://{listen}/", timeout=10) as response:

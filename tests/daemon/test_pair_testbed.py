@@ -85,7 +85,8 @@ def events(daemon: DaemonProcess, name: str) -> list[dict[str, Any]]:
     return [e for e in daemon.events() if e.get("event") == name]
 
 
-def wait(what: str, predicate: Callable[[], Any], timeout: float, daemons: list[DaemonProcess]) -> Any:
+def wait(what: str, predicate: Callable[[], Any], timeout: float, daemons: list[DaemonProcess],
+         dbed: DaemonBed | None = None) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -93,7 +94,8 @@ def wait(what: str, predicate: Callable[[], Any], timeout: float, daemons: list[
             return value
         time.sleep(0.2)
     tails = "\n\n".join(f"--- {d.log_path.name}\n{d.log_tail(25)}" for d in daemons)
-    raise AssertionError(f"timed out waiting for {what}\n{tails}")
+    nodes = dbed.bed.exec("ctl", "scontrol -o show node", check=False).stdout if dbed else ""
+    raise AssertionError(f"timed out waiting for {what}\n{nodes}\n{tails}")
 
 
 def test_kill_9_of_the_leader_the_standby_applies_the_next_commit(dbed: DaemonBed) -> None:
@@ -351,7 +353,7 @@ def test_network_cut_of_the_leader_during_a_rolling_restart(dbed: DaemonBed) -> 
         wait("job ended", lambda: job_state(dbed, job) not in ("RUNNING", "PENDING", "COMPLETING"), 90, daemons)
         assert job_state(dbed, job) == "COMPLETED"
         wait("no node drained", lambda: "drain" not in dbed.bed.exec("ctl", "sinfo -h -o %T").stdout.lower(), 60,
-             daemons)
+             daemons, dbed)
         login.mend()
         one.wait_for("login1 hears it is a standby", lambda: role(one).get("role") == "standby" and
                      role(one).get("leader") == "login2", timeout=60)
