@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--light", action="store_true",
                    help="noop/drift: the light testbed profile for every N (it has the ClusterShell gateway run; "
                         "above 64 nodes it is always light)")
+    p.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
+                   help="noop: also run `reconciler plan` of the checkout DIR (e.g. `git worktree add /tmp/old "
+                        "COMMIT`) on the same testbed, in the same rotation (before/after in one run); repeatable")
     p.add_argument("--no-plot", action="store_true", help="no PNG")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target of the issue is missed")
     return p
@@ -97,6 +100,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     chosen_peers = peers.parse_peers(args.peers)
     results["peers"] = chosen_peers
+    if args.compare:
+        results["compare"] = [str(tree) for tree in args.compare]
     with_peers = [s for s in ("noop", "drift") if s in sections]
     if with_peers:
         why = unavailable() or peers.peers_unavailable(chosen_peers)
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 before = load_average()
                 try:
                     measured_series = peers.measure(computes, 10 + index, args.runs, with_peers, chosen_peers,
-                                                    light=args.light)
+                                                    light=args.light, compare=args.compare)
                 except peers.NoLightProfile as exc:
                     log(f"noop/drift N={computes}: {exc}")
                     results["skipped"][f"noop/drift N={computes}"] = str(exc)

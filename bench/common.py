@@ -27,14 +27,15 @@ def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def compile_bytecode() -> None:
-    """Write the checkout's .pyc files, as `pip install` does for an installed reconciler (and did for every
-    peer): with PYTHONDONTWRITEBYTECODE set, an editable checkout would otherwise compile every module from
+def compile_bytecode(tree: Path = REPO) -> None:
+    """Write the checkout's (or TREE's) .pyc files, as `pip install` does for an installed reconciler (and did for
+    every peer): with PYTHONDONTWRITEBYTECODE set, an editable checkout would otherwise compile every module from
     source on every start, a cost no installed copy pays."""
     import compileall
 
     for package in ("reconciler", "drivers", "checks", "bench"):
-        compileall.compile_dir(str(REPO / package), quiet=1)
+        if (tree / package).is_dir():
+            compileall.compile_dir(str(tree / package), quiet=1)
 
 
 def reconciler_argv(*args: str) -> list[str]:

@@ -10,7 +10,11 @@ noop (nothing to change; every tool starts without connections):
   `gathering = explicit`, ControlPersist (masters closed before each run); every host must say changed=0;
 - pyinfra: `pyinfra --dry` of a deploy over the same files (`bench.pyinfra_project`); no change detected;
 - floor-ssh: one `true` per node over plain OpenSSH, forks at a time; floor-paramiko: connect, exec `true`,
-  close per node from a thread pool, in a fresh Python process (`bench.floor`).
+  close per node from a thread pool, in a fresh Python process (`bench.floor`);
+- other-1, other-2, ... (`--compare DIR`, repeatable): `reconciler plan` of another checkout (e.g. a `git
+  worktree` of an older commit), run by that checkout's own `bench.counted_cli` with PYTHONPATH and the working
+  directory set to it, on the same testbed and in the same rotation: before/after comparisons within one run.
+  Each plan row also gets its per-run ratio to the paramiko floor of the same run (`vs_floor`).
 
 drift (steady state of a running daemon; connections already open where the tool can keep them):
 - ours: one drift check of the daemon's loop over persistent sessions (`bench.drift_probe`: report mode,
@@ -31,6 +35,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +110,7 @@ class Series:
     samples: dict[str, list[Sample]] = field(default_factory=dict)
     light: bool = False
     forks: int = 0
+    labels: dict[str, str] = field(default_factory=dict)  # a tool's label where LABELS' does not say enough
 
     def add(self, tool: str, sample: Sample) -> None:
         """Record one run."""
@@ -113,18 +119,23 @@ class Series:
     def rows(self) -> list[dict[str, Any]]:
         """One row per tool: medians, runs, CPU per node, ratio to ours (median of per-run ratios)."""
         base = self.samples.get("ours", [])
+        floor_runs = self.samples.get("floor-paramiko", [])
         out = []
         for tool in self.tools:
             runs = self.samples.get(tool, [])
             ratios = [s.wall_s / b.wall_s for s, b in zip(runs, base, strict=False) if b.wall_s]
             row: dict[str, Any] = {
                 "section": self.section, "computes": self.computes, "nodes": self.nodes, "tool": tool,
-                "label": LABELS[(self.section, tool)], "runs": len(runs), "light": self.light, "forks": self.forks,
+                "label": self.labels.get(tool) or LABELS[(self.section, tool)], "runs": len(runs),
+                "light": self.light, "forks": self.forks,
                 "wall_s": median([s.wall_s for s in runs]), "wall_runs_s": [round(s.wall_s, 3) for s in runs],
                 "cpu_s": median([s.cpu_s for s in runs]), "cpu_runs_s": [round(s.cpu_s, 3) for s in runs],
                 "cpu_per_node_ms": median([s.cpu_s for s in runs]) / self.nodes * 1000,
                 "vs_ours": median(ratios), "vs_ours_runs": [round(r, 2) for r in ratios],
             }
+            if floor_runs and (tool == "ours" or tool.startswith("other-")):
+                to_floor = [s.wall_s / f.wall_s for s, f in zip(runs, floor_runs, strict=False) if f.wall_s]
+                row["vs_floor"], row["vs_floor_runs"] = median(to_floor), [round(r, 2) for r in to_floor]
             for key in sorted({k for s in runs for k in s.extra}):
                 values = [s.extra[key] for s in runs if key in s.extra]
                 row[key] = median(values) if all(isinstance(v, int | float) for v in values) else values
@@ -143,6 +154,31 @@ def _ours_plan(bed: BenchTestbed, state: Path | None = None, gateways: int = 0) 
         raise RuntimeError(f"reconciler plan{via} found changes or failed (exit {done.returncode}):\n{done.tail(40)}")
     if gateways:  # the counted transport is the direct one: ctl and the gateways
         return Sample(done.seconds, done.cpu, {"gateways": gateways, "direct_round_trips": sum(trips.values())})
+    return Sample(done.seconds, done.cpu, {"trips_per_node": sum(trips.values()) / max(1, len(trips))})
+
+
+def other_checkout(tree: Path) -> str:
+    """The compared checkout's commit (short), for labels; its bytecode written as this checkout's is."""
+    from bench.common import compile_bytecode
+
+    compile_bytecode(tree)
+    shown = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           timeout=60, check=False)
+    return shown.stdout.strip() or str(tree)
+
+
+def _other_plan(bed: BenchTestbed, tree: Path) -> Sample:
+    """`reconciler plan` by the checkout TREE's own code (its bench.counted_cli); exit 0 required."""
+    counters = bed.work / "round-trips-other.json"
+    counters.unlink(missing_ok=True)
+    env = python_env()
+    env["PYTHONPATH"] = str(tree)
+    done = timed_run([sys.executable, "-m", "bench.counted_cli", str(counters), "plan", str(bed.desired)], env=env,
+                     cwd=tree, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"reconciler plan of {tree} found changes or failed (exit {done.returncode}):\n"
+                           f"{done.tail(40)}")
+    trips = json.loads(counters.read_text())["round_trips"] if counters.exists() else {}
     return Sample(done.seconds, done.cpu, {"trips_per_node": sum(trips.values()) / max(1, len(trips))})
 
 
@@ -239,6 +275,7 @@ class LineProcess:
     """A long-lived measuring process: one JSON line back per line sent (bench.drift_probe, bench.floor warm)."""
 
     def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=python_env(), cwd=REPO)
         self.first = self._read()
@@ -249,7 +286,7 @@ class LineProcess:
         if not line:
             self.proc.wait(30)
             err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise RuntimeError(f"{' '.join(self.proc.args[:4])} ended (exit {self.proc.returncode}):\n{err[-3000:]}")
+            raise RuntimeError(f"{' '.join(self.argv[:4])} ended (exit {self.proc.returncode}):\n{err[-3000:]}")
         found: dict[str, Any] = json.loads(line)
         return found
 
@@ -304,12 +341,14 @@ def _runs(series: Series, runs: int, measure: dict[str, Callable[[], Sample]]) -
 
 
 def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None,
-          pyinfra: PyinfraProject | None) -> Series:
+          pyinfra: PyinfraProject | None, compare: list[Path] | None = None) -> Series:
     forks = len(bed.nodes)
     why_not = gateways_unavailable(bed)
     if why_not:
         log(f"noop N={bed.computes}: no run through ClusterShell gateways: {why_not}")
-    tools = ["ours"] + ([] if why_not else ["gateways"]) + (["ansible"] if best else []) + (
+    others = {f"other-{i}": tree for i, tree in enumerate(compare or [], start=1)}
+    tools = ["ours", *others] + ([] if why_not else ["gateways"]) + (
+        ["ansible"] if best else []) + (
         ["pyinfra"] if pyinfra else []) + (["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
     state, count = (bed.desired, 0) if why_not else gateway_state(bed)
     measure: dict[str, Callable[[], Sample]] = {
@@ -322,7 +361,11 @@ def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject |
         measure["ansible"] = lambda: _ansible(best, bed, cold=True)
     if pyinfra:
         measure["pyinfra"] = lambda: _pyinfra(pyinfra)
-    series = Series("noop", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks)
+    labels = {}
+    for tool, tree in others.items():
+        measure[tool] = partial(_other_plan, bed, tree)
+        labels[tool] = f"`reconciler plan` (cold) of {other_checkout(tree)} (--compare)"
+    series = Series("noop", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks, labels=labels)
     _runs(series, runs, measure)
     return series
 
@@ -365,8 +408,9 @@ def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject 
 
 
 def measure(computes: int, index: int, runs: int, sections: list[str], peers: list[str], *,
-            light: bool = False) -> list[Series]:
-    """Bring up one testbed for N and run the chosen sections (noop, drift) with the chosen peers on it."""
+            light: bool = False, compare: list[Path] | None = None) -> list[Series]:
+    """Bring up one testbed for N and run the chosen sections (noop, drift) with the chosen peers on it (and with
+    COMPARE, the no-op plan of each of those other checkouts)."""
     light = light or computes > LIGHT_ABOVE
     if light and not supports_light():
         raise NoLightProfile(f"N={computes} needs the light testbed profile (`deploy/testbed/testbed up --light`), "
@@ -385,7 +429,7 @@ def measure(computes: int, index: int, runs: int, sections: list[str], peers: li
             pyinfra.write(bed.desired)
         try:
             if "noop" in sections:
-                out.append(_noop(bed, runs, peers, best, pyinfra))
+                out.append(_noop(bed, runs, peers, best, pyinfra, compare))
             if "drift" in sections:
                 out.append(_drift(bed, runs, peers, best))
         finally:

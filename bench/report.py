@@ -70,6 +70,8 @@ def peers_table(key: str, rows: list[dict[str, Any]], load: dict[str, Any] | Non
             detail.append(f"first cycle (connecting) {r['first_cycle_s']:.2f} s")
         if "inner_s" in r:
             detail.append(f"connect..close {r['inner_s']:.2f} s (no interpreter start)")
+        if "vs_floor" in r:
+            detail.append(f"{r['vs_floor']:.2f}x the paramiko floor (runs {', '.join(map(str, r['vs_floor_runs']))})")
         if "gateways" in r:
             detail.append(f"{r['gateways']:.0f} gateways; {r['direct_round_trips']:.0f} nodes reached directly "
                           "(ctl, gateways), the rest through them")
