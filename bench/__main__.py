@@ -39,7 +39,7 @@ from bench import daemon, hostile, nccl, package_facts, peers, reconcile, rollou
 from bench.ansible_project import ansible_playbook
 from bench.common import RESULTS, compile_bytecode, load_average, log, machine
 from bench.report import targets, text_report, write
-from bench.testbed import unavailable
+from bench.testbed import unavailable, use_subnets
 
 SECTIONS = ("noop", "drift", "change", "scale", "nccl", "daemon", "rollout", "hostile", "packages", "upgrade")
 DEFAULT_SECTIONS = ",".join(SECTIONS)
@@ -71,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
                    help="noop: also run `reconciler plan` of the checkout DIR (e.g. `git worktree add /tmp/old "
                         "COMMIT`) on the same testbed, in the same rotation (before/after in one run); repeatable")
+    p.add_argument("--subnet", default=None, metavar="A.B.C",
+                   help="the testbeds of noop, drift, change, daemon and packages take the /20 blocks from A.B.C on "
+                        "(the third octet a multiple of 16), one each in turn; default: picked from the process id "
+                        "(10.252.x, light 10.253.x)")
     p.add_argument("--no-plot", action="store_true", help="no PNG")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target of the issue is missed")
     return p
@@ -179,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     args.argv = argv
+    if args.subnet:
+        use_subnets(args.subnet)
     compile_bytecode()
     results = run(args)
     print(text_report(results), end="")

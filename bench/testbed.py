@@ -73,6 +73,24 @@ def light_subnet(index: int) -> str:
     return f"10.253.{((os.getpid() + index) % 16) * 16}"
 
 
+_chosen: list[str] = []  # `--subnet A.B.C`: the testbeds of this run take A.B.C, A.B.C+16, ... in turn
+
+
+def use_subnets(first: str) -> None:
+    """Give this run's testbeds the /20 blocks from FIRST (A.B.C, C a multiple of 16) on, one each, in turn."""
+    octets = first.split(".")
+    if len(octets) != 3 or not all(o.isdigit() and int(o) < 256 for o in octets) or int(octets[2]) % 16:
+        raise SystemExit(f"--subnet {first}: three octets A.B.C, the third a multiple of 16 (e.g. 10.253.16)")
+    a, b, c = (int(o) for o in octets)
+    _chosen[:] = [f"{a}.{b}.{third}" for third in range(c, 256, 16)]
+
+
+def _subnet(index: int, light: bool) -> str:
+    if _chosen:
+        return _chosen.pop(0)
+    return light_subnet(index) if light else bench_subnet(index)
+
+
 APPLY_ATTEMPTS = 3  # the first apply again for nodes it could not reach (exit 1 names them)
 
 
@@ -87,7 +105,7 @@ class BenchTestbed:
         self.computes = computes
         self.light = light  # the light profile: sshd only, no Slurm (`testbed up --light`, not --bare)
         self.name = bench_name(index)
-        self.subnet = light_subnet(index) if light else bench_subnet(index)
+        self.subnet = _subnet(index, light)
         self.work = Path(tempfile.mkdtemp(prefix=f"reconciler-bench-{self.name}-"))
         self.desired = self.work / "desired-state"
         self._pids: dict[str, int] = {}

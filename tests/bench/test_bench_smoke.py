@@ -219,6 +219,22 @@ def test_python_m_bench_noop_and_drift_sections(tmp_path: Path, capsys: pytest.C
     assert "Steady-state drift check of the daemon" in out and "No-op reconcile against peers" in out
 
 
+def test_subnet_option_hands_out_slash_20_blocks_in_turn() -> None:
+    """--subnet A.B.C: each testbed of the run takes the next /20 block (bare or light); bad input refused."""
+    from bench import testbed
+
+    try:
+        testbed.use_subnets("10.253.224")
+        assert [testbed._subnet(i, light=i == 1) for i in range(2)] == ["10.253.224", "10.253.240"]
+        assert testbed._subnet(2, light=False).startswith("10.252.")  # blocks used up: the default again
+        for bad in ("10.253.8", "10.253", "10.253.300", "a.b.c"):
+            with pytest.raises(SystemExit, match="multiple of 16"):
+                testbed.use_subnets(bad)
+    finally:
+        testbed.use_subnets("10.253.240")
+        testbed._chosen.clear()
+
+
 def test_peer_selection() -> None:
     """--peers: none, all, or a subset, in a fixed order; unknown names refused."""
     from bench.peers import PEERS, parse_peers
