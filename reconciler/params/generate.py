@@ -72,9 +72,12 @@ CURATED_RESTART_BEFORE_23_11 = (
 # reconfigure applies Gres (CURATED_OBSERVED_NODE).
 CURATED_NODE_RESTART_KEYS = ("CPUs", "Boards", "Sockets", "SocketsPerBoard", "CoresPerSocket",
                              "ThreadsPerCore", "RealMemory", "Gres", "CpuSpecList", "MemSpecLimit")
-# cgroup.conf is read by slurmd at start: a change restarts slurmd on the node (any key, any version). The testbed
-# has not observed it validly yet (tests/params/test_observed_consequences_testbed.py: "none worked").
-CURATED_SLURMD_FILES = ("cgroup.conf",)
+# cgroup.conf follows its man page (no curated rule): cgroup.conf.5 of every release says changes "take effect upon
+# restart of Slurm daemons, daemon receipt of the SIGHUP signal, or execution of the command scontrol reconfigure
+# unless otherwise noted", and slurmd's reconfigure re-reads it (22.05: cgroup_conf_reinit() in _reconfigure();
+# 23.11 on: slurmd re-executes). The testbed cannot observe it (no cgroup plugin: the nodes' /sys/fs/cgroup is
+# read-only), so the documents decide.
+CURATED_SLURMD_FILES: tuple[str, ...] = ()
 
 # Measured on real daemons of 22.05 and 24.11 by tests/params/test_observed_consequences_testbed.py (the table in
 # docs/slurm-parameters.md). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
@@ -94,20 +97,51 @@ CURATED_OBSERVED_GLOBAL = {
 CURATED_OVERRIDES_MAN = ("slurmdport",)
 
 
+# Node changes before 24.11 follow the documents, not 24.11's observation: slurm.conf.5 of 22.05.11, 23.11.11 and
+# 24.05.8 (NODE CONFIGURATION): "Changes in node configuration (e.g. adding nodes, changing their processor count,
+# etc.) require restarting both the slurmctld daemon and the slurmd daemons. All slurmd daemons must know each node
+# in the system to forward messages"; scontrol.1 22.05 (reconfigure): "The slurmctld daemon and all slurmd daemons
+# must also be restarted if nodes are added to or removed from the cluster"; SchedMD's FAQ (add_nodes, rem_nodes)
+# of 24.11.7 says a reconfigure is enough only from 24.11 (24.05.8's said 23.11; the line was moved on purpose).
+NODES_BY_RECONFIGURE_FROM = "24.11"
+FORWARDING_TEST = "tests/params/test_forwarding_testbed.py"
+_NODES_DOC = ("slurm.conf.5 {family} (NODE CONFIGURATION): node changes 'require restarting both the slurmctld "
+              "daemon and the slurmd daemons. All slurmd daemons must know each node in the system to forward "
+              "messages'")
+
+
+def _node_documented(name: str, family: str) -> tuple[str, str] | None:
+    """Node keys where the documents ask for more than the testbed needed: adding or removing a node before 24.11
+    restarts slurmctld and every slurmd; in 23.11 and 24.05 a node's hardware or Gres restarts slurmctld and that
+    node's slurmd (22.05's observed rule says the same; 24.11's reconfigure is not applied to them)."""
+    if not _before(family, NODES_BY_RECONFIGURE_FROM):
+        return None
+    doc = _NODES_DOC.format(family=family)
+    if name == "nodename":
+        early = _before(family, "23.11")
+        return ("restart_all", doc + ("; scontrol.1 22.05: 'all slurmd daemons must also be restarted if nodes are "
+                                      "added to or removed from the cluster'" if early else "")
+                + "; SchedMD's FAQ: reconfigure is enough from 24.11 on. A slurmctld restart alone left the other "
+                f"slurmds unable to forward to an added node on 22.05 and 24.11 ({FORWARDING_TEST}, TreeWidth=2)")
+    if not _before(family, "23.11") and name in {k.lower() for k in CURATED_NODE_RESTART_KEYS}:
+        return ("restart_all", doc + "; slurmctld and that node's slurmd restart (24.11's reconfigure is not "
+                                     "applied before 24.11)")
+    return None
+
+
 def _node_observed(name: str, family: str) -> tuple[str, str] | None:
-    """A node line key's observed kind (NodeName: adding/removing nodes; CURATED_NODE_RESTART_KEYS)."""
+    """A node line key's observed kind (NodeName from 24.11: adding/removing nodes; CURATED_NODE_RESTART_KEYS)."""
     early = _before(family, "23.11")
     if name == "nodename":
-        return ("restart_slurmctld", "adding or removing nodes needs slurmctld restarted before 23.11; the "
-                                     "other nodes' slurmd need no restart") if early else (
-            "reconfigure", "reconfigure adds and removes nodes from 23.11")
+        return ("reconfigure", "reconfigure adds and removes nodes from 24.11 (SchedMD FAQ 24.11, add_nodes and "
+                               f"rem_nodes; a job across forwarded nodes ran after it, {FORWARDING_TEST})")
     if name not in {k.lower() for k in CURATED_NODE_RESTART_KEYS}:
         return None
     if early:
         return ("restart_all", "node hardware/GRES key: slurmctld keeps the old definition until restarted "
                                "(observed for CPUs and Gres), then the node's slurmd restarts to read it")
     if name == "gres":
-        return "reconfigure", "reconfigure applies a node's Gres from 23.11 (with gres.conf)"
+        return "reconfigure", "reconfigure applies a node's Gres from 24.11 (with gres.conf)"
     return ("restart_slurmd", "node hardware key: reconfigure applies CPUs on 24.11 but kills the node's running "
                               "jobs however it is applied, so its slurmd restarts drained (the safe route)")
 
@@ -147,6 +181,8 @@ def curated_kind(file: str, scope: str, name: str, family: str) -> tuple[str, st
             return "restart_all", "never applied by scontrol reconfigure"
         if lname in {k.lower() for k in CURATED_RESTART_BEFORE_23_11} and _before(family, "23.11"):
             return "restart_all", "scontrol reconfigure does not apply it before 23.11"
+    if scope == "node" and (documented := _node_documented(lname, family)):
+        return documented
     if scope == "node" and (observed := _node_observed(lname, family)):
         return observed[0], observed_note(family, observed[1])
     return None

@@ -146,8 +146,6 @@ def _before_23_11(family: str) -> bool:
     ("slurm.conf", "TopologyPlugin", "22.05", "global", "restart_slurmctld"),  # was restart_all
     ("slurm.conf", "TopologyPlugin", "23.02", "global", "restart_slurmctld"),
     ("slurm.conf", "TopologyPlugin", "24.11", "global", "reconfigure"),
-    ("slurm.conf", "NodeName", "22.05", "node", "restart_slurmctld"),  # was restart_all
-    ("slurm.conf", "NodeName", "23.11", "node", "reconfigure"),  # was restart_all
     ("slurm.conf", "NodeName", "24.11", "node", "reconfigure"),
     ("slurm.conf", "CPUs", "22.05", "node", "restart_all"),  # was restart_slurmd
     ("slurm.conf", "CPUs", "24.11", "node", "restart_slurmd"),  # kept: the job dies however it is applied
@@ -165,6 +163,25 @@ def test_kinds_corrected_by_the_observed_table(file: str, key: str, family: str,
     observed = family in ("22.05", "24.11")
     assert ("observed on " if observed else "inferred from the ") + ("22.05" if _before_23_11(family) else
                                                                      "24.11") in note
+
+
+# Node changes before 24.11 follow the documents (slurm.conf.5 22.05-24.05, NODE CONFIGURATION; scontrol.1 22.05;
+# SchedMD's FAQ: reconfigure from 24.11), not 24.11's observation nor a 2-node testbed that never forwards.
+@pytest.mark.parametrize(("key", "family", "kind"), [
+    ("NodeName", "22.05", "restart_all"),  # was restart_slurmctld
+    ("NodeName", "23.02", "restart_all"),
+    ("NodeName", "23.11", "restart_all"),  # was reconfigure (inferred from 24.11)
+    ("NodeName", "24.05", "restart_all"),  # was reconfigure (inferred from 24.11)
+    ("CPUs", "23.11", "restart_all"),  # was restart_slurmd (inferred from 24.11)
+    ("Gres", "24.05", "restart_all"),  # was reconfigure (inferred from 24.11)
+])
+def test_node_changes_before_24_11_follow_the_documents(key: str, family: str, kind: str) -> None:
+    assert change_kind("slurm.conf", key, family, "node") == kind
+    source, note = params.change_source("slurm.conf", key, family, "node")
+    assert source == "curated" and f"slurm.conf.5 {family} (NODE CONFIGURATION)" in note
+    assert "inferred from" not in note
+    if key == "NodeName":
+        assert "tests/params/test_forwarding_testbed.py" in note and "from 24.11" in note
 
 
 def test_observed_kinds_keep_what_the_man_pages_add() -> None:
@@ -190,8 +207,9 @@ def test_every_curated_key_is_a_real_parameter() -> None:
     ("slurm.conf", "GresTypes", "22.05", "global", "restart_all", "man+curated"),
     ("gres.conf", "Cores", "22.05", "line", "restart_all", "man+curated"),  # slurmctld (man) + slurmd (curated)
     ("gres.conf", "Count", "22.05", "line", "restart_slurmd", "curated"),
-    ("cgroup.conf", "ConstrainCores", "23.11", "global", "restart_slurmd", "curated"),
-    ("slurm.conf", "NodeName", "22.05", "node", "restart_slurmctld", "curated"),
+    ("cgroup.conf", "ConstrainCores", "23.11", "global", "reconfigure", "default"),  # cgroup.conf.5: reconfigure
+    ("cgroup.conf", "CgroupPlugin", "22.05", "global", "reconfigure", "default"),
+    ("slurm.conf", "NodeName", "22.05", "node", "restart_all", "curated"),
     ("slurm.conf", "NodeName", "24.11", "node", "reconfigure", "curated"),
 ])
 def test_change_kinds_and_their_provenance(file: str, key: str, family: str, scope: str, kind: str, source: str) -> None:
