@@ -10,7 +10,6 @@ the plan after that is empty again."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.drivers.packages.testbed_desired import DNF_NODE, with_dnf_node
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[3]
 PACKAGE = "reconciler-extra-standin"
-APT_NODES, DNF_NODE = ["gpu01", "gpu02"], "gpu03"
+APT_NODES = ["gpu01", "gpu02"]
 APT_KEY, SOURCES = "/etc/apt/keyrings/reconciler-extra.asc", "/etc/apt/sources.list.d/reconciler-extra.sources"
 RPM_KEY, YUM = "/etc/pki/rpm-gpg/RPM-GPG-KEY-reconciler-extra", "/etc/yum.repos.d/reconciler-extra.repo"
 APT_STAMPS = "/var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists"
@@ -69,14 +69,7 @@ def _indent(text: str) -> str:
 @pytest.fixture(scope="module")
 def site(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> Site:
     bed = testbed_factory(nodes=3, packages=True)
-    desired = tmp_path_factory.mktemp("refresh") / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    nodes = desired / "nodes.yaml"
-    text = nodes.read_text()
-    old = '  - name: "gpu[01-03]"\n    roles: [compute]\n'
-    assert old in text, text
-    nodes.write_text(text.replace(old, '  - name: "gpu[01-02]"\n    roles: [compute]\n'
-                                       f'  - name: {DNF_NODE}\n    roles: [compute]\n    package_manager: dnf\n'))
+    desired = with_dnf_node(bed, tmp_path_factory.mktemp("refresh") / "desired")
     extra = bed.package_manifest["extra"]
     assert extra["deb"]["standin"][PACKAGE] and extra["rpm"]["standin"][PACKAGE]
     return Site(bed=bed, desired=desired, extra=extra)

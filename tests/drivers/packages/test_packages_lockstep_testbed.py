@@ -9,7 +9,6 @@ with a versionlock, second plan empty, a hand downgrade past the lock healed, th
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from reconciler.common.versions import deb_compare, rpm_compare
+from tests.drivers.packages.testbed_desired import DNF_NODE, with_dnf_node
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
 REPO = Path(__file__).resolve().parents[3]
 DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
 APT_NODES = ["gpu01", "gpu02"]
-DNF_NODE = "gpu03"
 
 
 @dataclass
@@ -66,14 +65,7 @@ class Site:
 @pytest.fixture(scope="module")
 def site(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempPathFactory) -> Site:
     bed = testbed_factory(nodes=3, packages=True)
-    desired = tmp_path_factory.mktemp("lockstep") / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    nodes = desired / "nodes.yaml"
-    text = nodes.read_text()
-    old = '  - name: "gpu[01-03]"\n    roles: [compute]\n'
-    assert old in text, text
-    nodes.write_text(text.replace(old, '  - name: "gpu[01-02]"\n    roles: [compute]\n'
-                                       f'  - name: {DNF_NODE}\n    roles: [compute]\n    package_manager: dnf\n'))
+    desired = with_dnf_node(bed, tmp_path_factory.mktemp("lockstep") / "desired")
     manifest = bed.package_manifest
     deb = sorted(manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
     rpm = sorted(manifest["rpm"]["standin"][DRIVER], key=cmp_to_key(rpm_compare))
