@@ -189,7 +189,7 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
         result = run.plan()
     finally:
         run.close()
-    from reconciler.rollout.runner import annotate
+    from reconciler.rollout.preview import annotate
 
     annotate(run.ctx, result)
     if fmt == "json":
@@ -233,7 +233,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     unreachable node (the reachable nodes are still applied), 2 when changes were held (see --allow)."""
     from reconciler.engine.apply import ApplyOptions
     from reconciler.engine.report import render_text
-    from reconciler.rollout.runner import annotate
+    from reconciler.rollout.preview import annotate
 
     old = None
     if previous:

@@ -133,7 +133,7 @@ def plan_pull_request(loaded: LoadedState, facts: ClusterFacts, main_plan: Plan,
     drift_keys = {drift_key(c) for c in main_plan.changing()}
     for change in plan.changing():
         change.drift = drift_key(change) in drift_keys
-    from reconciler.rollout.runner import annotate
+    from reconciler.rollout.preview import annotate
 
     annotate(ctx, plan)  # the waves merging it would go out in
     return plan

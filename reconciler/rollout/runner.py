@@ -27,13 +27,13 @@ from reconciler.drivers.node_state import ours, resume_command
 from reconciler.drivers.slurm_reboot import UPGRADE_PREFIX
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.before_image import BeforeImage, capture
-from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
+from reconciler.rollout.preview import bootstrap_reason
 from reconciler.rollout.upgrade import UpgradeMachine
 from reconciler.rollout.upgrade_hooks import RealHooks
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
@@ -110,34 +110,6 @@ class RolloutResult:
                "waves": self.waves.as_dict(), "timeline": self.timeline, "failed_wave": self.failed_wave,
                "failed_gate": self.failed_gate, "rollback": self.rollback, "reason": self.reason}
         return out if self.upgrade is None else {**out, "upgrade": self.upgrade}
-
-
-def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
-    """Why nothing can be gated: Slurm does not answer, or none of its nodes responds (a cluster being built)."""
-    if before.error:
-        return f"bootstrap: Slurm does not answer before the apply ({before.error.splitlines()[0][:120]})"
-    if slurm and not any(before.nodes.get(n) is not None and before.nodes[n].responding for n in slurm):
-        return "bootstrap: no Slurm node responds before the apply"
-    return None
-
-
-def plan_rollout(ctx: Context, plan: Plan) -> WavePlan:
-    """The waves PLAN would go out in, from the facts already gathered (Slurm's view included): no round trip."""
-    state = ctx.state
-    view = SlurmView(nodes=dict(ctx.facts.slurm_nodes), error=ctx.facts.slurm_view_error)
-    slurm = slurm_nodes(state)
-    return plan_waves(plan, state.rollout, list(ctx.specs), slurm, has_node_checks=bool(state.checks.node),
-                      bootstrap=bootstrap_reason(view, slurm))
-
-
-def annotate(ctx: Context, plan: Plan) -> WavePlan:
-    """Attach the waves to the plan (`Plan.rollout`), for the text and JSON plans and the PR comment."""
-    waves = plan_rollout(ctx, plan)
-    plan.rollout = {**waves.as_dict(), "lines": waves.lines()}
-    upgrade = ctx.state.rollout.upgrade
-    if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
-        plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable, "gates": list(upgrade.gates)}
-    return waves
 
 
 class RolloutRunner:

@@ -5,6 +5,7 @@ open-files soft limit raised to the hard one."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,45 @@ def test_user_choice_of_pydantic_plugins_is_kept() -> None:
 def test_console_script_points_at_startup() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert 'reconciler = "reconciler.cli:main"' in text
+
+
+PLAN_PROBE = """
+import sys
+from reconciler.cli.main import main
+try:
+    main(["plan", {directory!r}])
+except SystemExit as exc:
+    print("exit", exc.code)
+print(" ".join(sorted(m for m in sys.modules if m.startswith("reconciler."))))
+"""
+
+NODES_UNREACHABLE = """ssh:
+  known_hosts: {known_hosts}
+  identity_file: {known_hosts}
+  user: root
+  port: 1
+  host_key_policy: reject
+  connect_timeout: 5
+nodes:
+  - {{name: login01, host: 127.0.0.1, roles: [controller, login]}}
+  - {{name: nfs01, host: 127.0.0.1, roles: [nfs-server]}}
+  - {{name: "dgx[01-04]", host: 127.0.0.1, roles: [compute]}}
+"""
+
+
+def test_a_plan_imports_no_rollout_machinery(tmp_path: Path) -> None:
+    """A plan shows its waves (rollout/preview.py) but runs no gate, check or upgrade: the cold plan of every user
+    does not import the runner, its gates and the checks (~40 ms of CPU on the critical path, issue 43 item 10).
+    The plan runs to its end: every node refused (port 1), exit 1, the waves still computed."""
+    root = tmp_path / "desired-state"
+    shutil.copytree(REPO / "desired-state", root)
+    (tmp_path / "known_hosts").write_text("")
+    (root / "nodes.yaml").write_text(NODES_UNREACHABLE.format(known_hosts=tmp_path / "known_hosts"))
+    done = subprocess.run([sys.executable, "-c", PLAN_PROBE.format(directory=str(root))], capture_output=True,
+                          text=True, cwd=REPO, timeout=120, check=True)
+    *_, exit_line, modules = done.stdout.strip().splitlines()
+    assert exit_line == "exit 1" and "unreachable" in done.stdout, done.stdout[-2000:]
+    loaded = set(modules.split())
+    assert "reconciler.rollout.preview" in loaded and "reconciler.rollout.waves" in loaded
+    assert not {"reconciler.rollout.runner", "reconciler.rollout.gates", "reconciler.rollout.upgrade",
+                "reconciler.checks.runner"} & loaded, sorted(loaded)

@@ -15,7 +15,7 @@ from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
-from reconciler.rollout.runner import annotate
+from reconciler.rollout.preview import annotate
 from tests.drivers.base_state import write_state
 from tests.drivers.packages.test_packages_lockstep import PAIR, answer, pair_yaml
 
