@@ -14,7 +14,7 @@ import time
 import paramiko
 
 from reconciler.transport.bounds import MAX_OUTPUT, too_large_error
-from reconciler.transport.session import close_channel, exec_with_deadline, wait_readable
+from reconciler.transport.session import close_channel, end_remote, exec_with_deadline, take_pgid, wait_readable
 
 _CHUNK = 65536
 _STDERR_KEPT = 4096
@@ -42,6 +42,8 @@ class AgentChannel:
         """Start COMMAND on CHANNEL (sent as EXEC_AS, e.g. wrapped in sudo, when given)."""
         self.channel = channel
         self.command = command
+        self.sudo = (exec_as or command).startswith("sudo ")
+        self.pgid: int | None = None  # told on stderr by a `wrap_tracked` command
         self.answered = 0
         self._buffer = bytearray()
         self._stderr = bytearray()
@@ -68,14 +70,17 @@ class AgentChannel:
                 self.answered += 1
                 return answer
             if len(self._buffer) > MAX_OUTPUT:  # no newline in 64 MiB: a broken or hostile agent
-                self.close()
+                self.close(stuck=True)
                 raise AgentExited(None, too_large_error(), self.answered)
             if not self._receive(deadline):
                 raise self._exited()
 
-    def close(self) -> None:
-        """Close the channel: the agent reads EOF (or is hung up on) and exits."""
+    def close(self, stuck: bool = False) -> None:
+        """Close the channel: the agent reads EOF (or is hung up on) and exits; STUCK (cut off at a deadline or the
+        output bound: it may read nothing more): ended on the node first (`end_remote`)."""
         with contextlib.suppress(Exception):  # closing is best effort
+            if stuck:
+                end_remote(self.channel, self.pgid, self.sudo)
             close_channel(self.channel)  # output may still be arriving: see close_channel
 
     def _send(self, data: bytes, deadline: float) -> None:
@@ -99,6 +104,8 @@ class AgentChannel:
             got = False
             while self.channel.recv_stderr_ready():
                 self._stderr += self.channel.recv_stderr(_CHUNK)
+                if self.pgid is None:
+                    self.pgid = take_pgid(self._stderr)
                 del self._stderr[:-_STDERR_KEPT]
             while self.channel.recv_ready():
                 data = self.channel.recv(_CHUNK)
@@ -116,7 +123,7 @@ class AgentChannel:
         """Sleep until output arrives or MOST seconds pass; AgentTimeout at the deadline."""
         left = deadline - time.monotonic()
         if left <= 0:
-            self.close()
+            self.close(stuck=True)
             raise AgentTimeout()
         wait_readable(self.channel.fileno(), min(left, most))
 
@@ -125,6 +132,8 @@ class AgentChannel:
         self.channel.status_event.wait(_EXIT_WAIT)
         while self.channel.recv_stderr_ready():
             self._stderr += self.channel.recv_stderr(_CHUNK)
+        if self.pgid is None:
+            self.pgid = take_pgid(self._stderr)
         code = self.channel.exit_status if self.channel.exit_status_ready() else -1
         self.close()
         stderr = bytes(self._stderr[-_STDERR_KEPT:]).decode("utf-8", errors="replace")

@@ -24,7 +24,7 @@ from reconciler.transport.session import (
     SessionOpenError,
     open_channel,
     run_on_channel,
-    wrap_command,
+    wrap_tracked,
 )
 from reconciler.transport.sshbuild import ConnectionFactory
 from reconciler.transport.sshconnection import NodeConnection, close_quietly, verify_chain
@@ -71,12 +71,12 @@ class SSHTransport(BaseTransport):
         try:
             cxn = self._connection(node)
             try:
-                outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
+                outcome = self._execute(node, cxn, wrap_tracked(command, cxn.user), data, limit)
             except ConnectionLost:
                 if not retry_lost:
                     raise
                 cxn = self._connection(node)
-                outcome = self._execute(node, cxn, wrap_command(command, cxn.user), data, limit)
+                outcome = self._execute(node, cxn, wrap_tracked(command, cxn.user), data, limit)
         except ConnectError as exc:
             return CommandResult(node.name, None, "", "", time.monotonic() - start, error=str(exc))
         stdout = outcome.stdout.decode("utf-8", errors="replace")
@@ -284,7 +284,7 @@ class SSHTransport(BaseTransport):
         cxn = self._connection(node)
         channel = self._channel(node, cxn)
         try:
-            agent = AgentChannel(channel, command, self.ssh.connect_timeout, exec_as=wrap_command(command, cxn.user))
+            agent = AgentChannel(channel, command, self.ssh.connect_timeout, exec_as=wrap_tracked(command, cxn.user))
         except (paramiko.SSHException, EOFError, OSError, AgentTimeout) as exc:
             channel.close()
             raise ConnectError(f"cannot start the fact agent on {where(cxn)}: {reason(exc)}") from exc
