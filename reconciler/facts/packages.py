@@ -161,25 +161,57 @@ class PackageFacts:
                    cache_asked=bool(data.get("cache_asked")))
 
 
+@dataclass(frozen=True)
+class DpkgEntry:
+    """One stanza of dpkg's status file: the package, its version and architecture, and the Status words
+    (selection, flag, state: `hold ok installed`)."""
+
+    name: str
+    version: str
+    arch: str
+    words: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        """dpkg's package state (`installed`, `config-files`, `half-configured`, ...; '' when absent)."""
+        return self.words[-1] if self.words else ""
+
+    @property
+    def held(self) -> bool:
+        """The selection is `hold` (`apt-mark hold`)."""
+        return self.words[:1] == ("hold",)
+
+
+def read_dpkg_status(text: str) -> list[DpkgEntry]:
+    """Every stanza of a dpkg status file (or of the stanzas a snippet sent back), in order: the one reader of
+    the format, for the facts and the import. Fields are `Key: value` lines; a line starting with a space or a tab
+    continues the previous field (deb-control(5)) and is skipped; a stanza without Package is ignored."""
+    out = []
+    for stanza in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.split("\n"):
+            if line[:1] in (" ", "\t"):
+                continue
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key] = value.strip()
+        if fields.get("Package"):
+            out.append(DpkgEntry(fields["Package"], fields.get("Version", ""), fields.get("Architecture", ""),
+                                 tuple(fields.get("Status", "").split())))
+    return out
+
+
 def parse_dpkg_status(text: str, names: set[str] | None = None) -> dict[str, Installed]:
     """Stanzas of /var/lib/dpkg/status: the installed one of each package (else a not-installed entry) with
     `held` from the selection word (`hold ok installed`)."""
     out: dict[str, Installed] = {}
-    for stanza in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in stanza.split("\n"):
-            key, sep, value = line.partition(": ")
-            if sep and not line.startswith(" "):
-                fields[key] = value.strip()
-        name = fields.get("Package")
-        if not name or (names is not None and name not in names):
+    for entry in read_dpkg_status(text):
+        if names is not None and entry.name not in names:
             continue
-        words = fields.get("Status", "").split()
-        installed = len(words) == 3 and words[2] == "installed"
-        item = Installed(fields.get("Version") if installed else None, bool(words) and words[0] == "hold",
-                         " ".join(words))
-        if name not in out or (item.version is not None and out[name].version is None):
-            out[name] = item
+        installed = len(entry.words) == 3 and entry.state == "installed"
+        item = Installed(entry.version if installed else None, entry.held, " ".join(entry.words))
+        if entry.name not in out or (item.version is not None and out[entry.name].version is None):
+            out[entry.name] = item
     return out
 
 

@@ -17,6 +17,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from reconciler.common import hostlist
+from reconciler.facts.packages import read_dpkg_status
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 RPM = "rpm"
@@ -30,7 +31,8 @@ _ABSENT = ("not-installed", "config-files")
 
 # Runs inside the fact script (python3 >= 3.8, stdlib only; `run`, `env`, `timeout` given; sets `stdout`).
 # Lines: `manager apt|dnf|none`, then `pkg NAME VERSION STATE ARCH`, tab-separated; `lock PATTERN` (dnf's
-# versionlock list); `error TEXT`.
+# versionlock list); `error TEXT`. apt: a line `dpkg`, then the status file's stanzas of the matching packages as
+# they are, read by the facts' reader (reconciler/facts/packages.py, read_dpkg_status): one reader of the format.
 _SNIPPET = r'''
 import fnmatch
 def _wanted(name):
@@ -47,19 +49,14 @@ if fh is not None:
     lines.append("manager\tapt")
     with fh:
         text = fh.read().decode("utf-8", "replace")
-    name, keep, fields = None, False, {}
-    for line in text.split("\n") + [""]:
-        if not line:
-            if keep:
-                lines.append("pkg\t%s\t%s\t%s\t%s" % (name, fields.get("Version", ""), fields.get("Status", ""),
-                                                      fields.get("Architecture", "")))
-            name, keep, fields = None, False, {}
-        elif line.startswith("Package:"):
-            name = line[8:].strip()
-            keep = _wanted(name)
-        elif keep and line[:1] not in (" ", "\t"):
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
+    kept = []
+    for stanza in text.split("\n\n"):
+        for line in stanza.split("\n"):
+            if line.startswith("Package:"):
+                if _wanted(line[8:].strip()):
+                    kept.append(stanza.strip("\n"))
+                break
+    lines.append("dpkg\n" + "\n\n".join(kept))
 else:
     rc, out, err = run(RPM + " -qa --qf '%{NAME}\\t%|EPOCH?{%{EPOCH}:}:{}|%{VERSION}-%{RELEASE}\\t%{ARCH}\\n'",
                        timeout, env)
@@ -146,7 +143,9 @@ def parse(stdout: str) -> NodePackages:
     held: dict[str, bool] = {}
     arches: dict[str, str] = {}
     locks: list[str] = []
-    for line in stdout.splitlines():
+    head, dpkg, status = stdout.partition("\ndpkg\n")
+    rows = [(e.name, e.version, e.state, e.held, e.arch) for e in read_dpkg_status(status)] if dpkg else []
+    for line in head.splitlines():
         kind, _, rest = line.partition("\t")
         if kind == "manager":
             out.manager = None if rest == "none" else rest
@@ -154,18 +153,18 @@ def parse(stdout: str) -> NodePackages:
             out.problems.append(rest)
         elif kind == "lock":
             locks.append(rest)
-        elif kind == "pkg":
-            name, version, status, arch = (rest.split("\t") + ["", "", ""])[:4]
-            words = status.split()
-            state = words[-1] if words else "installed"
-            if state in _ABSENT:
-                continue
-            if state not in _INSTALLED:
-                out.problems.append(f"{name} {version}: dpkg state {state!r} (not fully installed), not adopted")
-                continue
-            seen.setdefault(name, set()).add(version)
-            held[name] = held.get(name, False) or (words[:1] == ["hold"])
-            arches[name] = arch
+        elif kind == "pkg":  # rpm's
+            name, version, _, arch = (rest.split("\t") + ["", "", ""])[:4]
+            rows.append((name, version, "installed", False, arch))
+    for name, version, state, hold, arch in rows:
+        if state in _ABSENT:
+            continue
+        if state not in _INSTALLED:
+            out.problems.append(f"{name} {version}: dpkg state {state!r} (not fully installed), not adopted")
+            continue
+        seen.setdefault(name, set()).add(version)
+        held[name] = held.get(name, False) or hold
+        arches[name] = arch
     for name, versions in sorted(seen.items()):
         if len(versions) > 1:
             out.problems.append(f"{name}: installed in {len(versions)} versions ({', '.join(sorted(versions))}), "

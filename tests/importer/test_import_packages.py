@@ -223,3 +223,23 @@ def test_cli_packages_need_an_ssh_source(tmp_path: Path) -> None:
     result = cli("import", str(tmp_path / "etc"), "--config-dir", "/", "--out", str(out), "--packages", "tzdata")
     assert result.returncode == 1 and "must be an ssh:// URL" in result.stderr, result.stderr
     assert not out.exists()
+
+
+def test_the_import_and_the_facts_read_dpkg_status_alike(tmp_path: Path) -> None:
+    """One reader of dpkg's status file (reconciler/facts/packages.py, read_dpkg_status) for the import and the
+    facts: on the same file (deb822 lets a field's value follow the colon without a space, and a continuation line
+    start with a tab) they find the same installed versions and holds. Before, the facts' reader wanted ': ' and
+    took a tab-continued line for a field, so `Version:2.1-1` was an uninstalled package to it, installed to the
+    import's."""
+    from reconciler.facts.packages import parse_dpkg_status
+
+    text = STATUS + ("\nPackage: tight\nStatus: hold ok installed\nArchitecture: all\nVersion:2.1-1\n"
+                     "Description: x\n\tStatus: deinstall ok config-files\n")
+    status = tmp_path / "status"
+    status.write_text(text)
+    names = ["hello", "nvidia-driver-standin", "nvidia-old", "libfoo", "tzdata", "tight"]
+    imported = packages.parse(str(gather(packages.snippet(names, dpkg_status=str(status)))["stdout"])).packages
+    facts = parse_dpkg_status(text, set(names))
+    assert {n: (i.version, i.held) for n, i in facts.items() if i.version is not None} == \
+        {n: (i.version, i.hold) for n, i in imported.items()}
+    assert imported["tight"] == Installed("2.1-1", True) and facts["tight"].version == "2.1-1"
