@@ -40,6 +40,12 @@ from reconciler.render.files import file_path, is_slurm_node
 SUPERVISOR_UPDATE = "supervisorctl reread && supervisorctl update slurmd"
 
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+# A slurmctld restart does not make the slurmds re-read their files (nor push a configless node's copy): only
+# `scontrol reconfigure` does ("Instruct all slurmctld and slurmd daemons to re-read the configuration file",
+# scontrol.1 of every release), so a restart that not every slurmd follows is followed by one. Without it the
+# other keys of the commit never reached them, and an added node stayed unknown to them: a job across forwarded
+# nodes failed ("Can't find an address"; tests/params/test_forwarding_testbed.py, 22.05 and 24.11).
+AFTER_RESTART = ": after the slurmctld restart, so that every slurmd not restarted re-reads it"
 
 
 # Asked of the controller only: its slurmctld parses slurm.conf (slurmd may be up to two releases older, as
@@ -186,8 +192,11 @@ class SlurmConfigDriver:
             step = service(ctl, "start" if ctl_down else "restart", "slurmctld", self.phase, ctld[0],
                            order=ORDER_CONTROLLER, ready=ready)
             step.reasons, step.gone = ctld, gone
-            step.supersedes = [followup_key(ctl, "command", RECONFIGURE)]
             steps.append(step)
+            if set(slurm_nodes(ctx.state)) <= slurmd.keys():  # every slurmd restarts: it reads the new files
+                step.supersedes = [followup_key(ctl, "command", RECONFIGURE)]
+            elif reconfigure:
+                steps.append(reconfigure_step(ctx, self.phase, reconfigure[0] + AFTER_RESTART))
         elif reconfigure:
             steps.append(reconfigure_step(ctx, self.phase, reconfigure[0]))
         if kills and steps:  # the controller step kills them, before any drain: said, never silent

@@ -15,7 +15,7 @@ import posixpath
 import shlex
 
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_CONTROLLER, FollowUp
+from reconciler.engine.followups import ORDER_RECONFIGURE, FollowUp
 from reconciler.facts.parsers import family_of
 from reconciler.model import ServiceManager
 from reconciler.render.files import file_path
@@ -73,10 +73,11 @@ def controller_gone(manager: ServiceManager) -> str | None:
 
 def reconfigure_step(ctx: Context, phase: int, reason: str) -> FollowUp:
     """`scontrol reconfigure` on the controller, ready once slurmctld runs the new files (re-executed from
-    23.11); where slurmctld does not run when the step comes (a rollback after it died), it is started."""
+    23.11); where slurmctld does not run when the step comes (a rollback after it died), it is started. It runs
+    after a slurmctld restart of the same phase (ORDER_RECONFIGURE)."""
     ctl = ctx.controller
     conf = file_path(ctx.state, "slurm.conf")
-    return FollowUp(node=ctl, kind="command", target=RECONFIGURE, phase=phase, order=ORDER_CONTROLLER,
+    return FollowUp(node=ctl, kind="command", target=RECONFIGURE, phase=phase, order=ORDER_RECONFIGURE,
                     reasons=[reason], service="slurmctld",
                     ready=controller_ready(conf, since_files=reexecs(running_family(ctx))),
                     gone=controller_gone(ctx.specs[ctl].service_manager))

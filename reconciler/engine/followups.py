@@ -23,6 +23,9 @@ FollowUpKind = Literal["command", "reload", "restart", "start"]
 ORDER_COMMAND = 10
 ORDER_MUNGE = 20
 ORDER_CONTROLLER = 30
+# `scontrol reconfigure` after any slurmctld (re)start of its phase: a restarted slurmctld does not make the
+# slurmds re-read their files, the reconfigure does (scontrol.1: "Instruct all slurmctld and slurmd daemons").
+ORDER_RECONFIGURE = 35
 ORDER_SERVICE = 50
 ORDER_COMPUTE = 60
 

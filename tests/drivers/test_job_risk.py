@@ -17,7 +17,7 @@ from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.job_risk import cpu_keys_changed
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_CONTROLLER
+from reconciler.engine.followups import ORDER_CONTROLLER, ORDER_RECONFIGURE
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
@@ -59,8 +59,8 @@ def kills(plan: Plan) -> list[str]:
 
 def controller_step(plan: Plan) -> list[str]:
     """The reasons of the controller's slurmctld restart or reconfigure."""
-    steps = [f for f in plan.followups if f.node == "login01" and f.order == ORDER_CONTROLLER]
-    assert len(steps) == 1, plan.followups
+    steps = [f for f in plan.followups if f.node == "login01" and f.order in (ORDER_CONTROLLER, ORDER_RECONFIGURE)]
+    assert steps and len(steps) <= 2, plan.followups  # a slurmctld restart may be followed by a reconfigure
     return steps[0].reasons
 
 

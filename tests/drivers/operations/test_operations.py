@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -119,13 +120,14 @@ def test_select_type_params_restart_depends_on_version(family: str, restart: boo
     assert result.reconfigure and result.restart_slurmctld is restart
 
 
-@pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.11", False), ("24.11", False)])
-def test_adding_nodes_restarts_slurmctld_only_before_23_11(family: str, restart: bool) -> None:
-    """Observed on 22.05 (slurmctld restart, no slurmd) and 24.11 (reconfigure); 23.11 inferred."""
+@pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.11", True), ("24.05", True), ("24.11", False)])
+def test_adding_nodes_restarts_slurmctld_and_every_slurmd_before_24_11(family: str, restart: bool) -> None:
+    """slurm.conf.5 22.05-24.05 and SchedMD's FAQ (reconfigure from 24.11); a slurmctld restart alone left the other
+    slurmds unable to forward to the new node (tests/params/test_forwarding_testbed.py)."""
     before = "ClusterName=c\nNodeName=n[1-2] CPUs=4\nPartitionName=p Nodes=n[1-2]\n"
     after = "ClusterName=c\nNodeName=n[1-3] CPUs=4\nPartitionName=p Nodes=n[1-3]\n"
     result = slurm_conf_consequence(before, after, family)
-    assert result.restart_slurmctld is restart and not result.restart_all_slurmd
+    assert result.restart_slurmctld is restart and result.restart_all_slurmd is restart
 
 
 @pytest.mark.parametrize(("family", "expected"), [
@@ -141,6 +143,48 @@ def test_gpu_count_change_follows_the_family(ctx: Context, family: str, expected
     plan = make_plan(ctx, all_drivers())
     changed = {c.resource.rsplit("/", 1)[-1] for c in plan.changing()}
     assert changed == {"slurm.conf", "gres.conf"}, changed
+    assert [f"{f.node} {f.kind} {f.target}" for f in plan.followups] == expected
+
+
+def _was_on_every_node(ctx: Context, edit: Callable[[str], str]) -> None:
+    """The slurm.conf every node holds now is EDIT of the desired one (what the commit changes back)."""
+    path = "/etc/slurm/slurm.conf"
+    for node in ctx.facts.nodes.values():
+        if path in node.files:
+            node.files[path] = _file(edit(node.files[path].content or ""))
+
+
+@pytest.mark.parametrize(("family", "verb"), [("22.05", "restart"), ("24.11", "start")])
+def test_a_slurmctld_restart_is_followed_by_a_reconfigure_for_the_slurmds(ctx: Context, family: str,
+                                                                          verb: str) -> None:
+    """Claimed before: the slurmctld restart (22.05: MaxJobCount; 24.11: a slurmctld found stopped) made the
+    reconfigure needless, so the slurmds (not restarted) kept the old file: the partition change never reached
+    them. scontrol.1: only reconfigure makes the slurmds re-read."""
+    ctx.state.cluster.slurm_version = family
+    extra = "MaxJobCount=20000\n" if verb == "restart" else ""
+    _was_on_every_node(ctx, lambda t: t.replace("MaxTime=01:00:00", "MaxTime=09:00:00") + extra)
+    if verb == "start":
+        ctx.facts.nodes["login01"].services["slurmctld"] = ServiceFact(name="slurmctld", running=False)
+    plan = make_plan(ctx, all_drivers())
+    assert [f"{f.node} {f.kind} {f.target}" for f in plan.followups] == [
+        f"login01 {verb} slurmctld", "login01 command scontrol reconfigure"]
+    assert "after the slurmctld restart" in plan.followups[1].reasons[0]
+    text = "\n".join(plan.consequences())
+    assert text.index(f"{verb}s slurmctld") < text.index("runs `scontrol reconfigure`"), text
+
+
+@pytest.mark.parametrize(("family", "expected"), [
+    ("22.05", ["login01 restart slurmctld", *[f"dgx0{i} restart slurmd" for i in range(1, 5)]]),
+    ("24.05", ["login01 restart slurmctld", *[f"dgx0{i} restart slurmd" for i in range(1, 5)]]),
+    ("24.11", ["login01 command scontrol reconfigure"]),
+])
+def test_removing_a_node_restarts_every_slurmd_before_24_11(ctx: Context, family: str, expected: list[str]) -> None:
+    """slurm.conf.5 22.05-24.05: all slurmds must know each node to forward messages (their restart reads the
+    file, so no reconfigure follows); SchedMD's FAQ: reconfigure from 24.11. Claimed before: slurmctld alone
+    (22.05), reconfigure (24.05)."""
+    ctx.state.cluster.slurm_version = family
+    _was_on_every_node(ctx, lambda t: t + "NodeName=dgx09 CPUs=4\n")
+    plan = make_plan(ctx, all_drivers())
     assert [f"{f.node} {f.kind} {f.target}" for f in plan.followups] == expected
 
 
