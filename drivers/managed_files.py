@@ -9,6 +9,9 @@ plan never decrypts and compares ciphertexts with the main branch's instead (`en
 
 from __future__ import annotations
 
+import hashlib
+import shlex
+
 from reconciler.desired.inventory import slurm_node_set
 from reconciler.desired.managed import render, selects
 from reconciler.drivers.base import file_change
@@ -24,8 +27,9 @@ from reconciler.engine.followups import (
     command,
     service,
 )
-from reconciler.engine.ops import WriteFile, fingerprint
+from reconciler.engine.ops import RunCommand, WriteFile, fingerprint
 from reconciler.engine.plan import Change
+from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, NodeFacts
 from reconciler.model import ManagedFile
@@ -103,6 +107,32 @@ def encrypted_change(ctx: Context, driver: str, node: str, item: ManagedFile, fa
                   diff=diff)
 
 
+def removal(driver: str, node: str, item: ManagedFile, fact: FileFact | None, phase: int) -> Change:
+    """`state: absent`: nothing to do where the file is missing; else moved aside as PATH.reconciler-bak (a secret
+    removed outright, its old content must go), never a directory; the undo puts the old content back when the
+    facts read it."""
+    path = item.path
+    if fact is None or not fact.exists:
+        return Change(node=node, driver=driver, resource=path, action="ok", phase=phase)
+    q, bak = shlex.quote(path), shlex.quote(path + ".reconciler-bak")
+    gone = f"rm -f -- {q}" if item.secret else f"mv -f -- {q} {bak}"
+    command = (f"if [ -d {q} ] && [ ! -L {q} ]; then echo {shlex.quote(path + ' is a directory: not removed')} >&2;"
+               f" exit 1; fi; if [ -e {q} ] || [ -L {q} ]; then {gone}; fi")
+    kept = "" if item.secret else f", kept as {path}.reconciler-bak"
+    change = Change(node=node, driver=driver, resource=path, action="delete", phase=phase,
+                    ops=[RunCommand(command=command, description=f"remove {path}")],
+                    summary=f"remove {path} ({fact.size} bytes{kept})")
+    old = fact.content
+    if item.secret or old is None or hashlib.sha256(old.encode()).hexdigest() != fact.sha256:
+        change.restore = Restore.none(f"{path}: its old content was not read whole (secret, too large or not text)")
+    else:
+        change.restore = Restore(summary=f"{path} back ({fact.size} bytes, mode {fact.mode} {fact.owner}:"
+                                         f"{fact.group})", check=f"[ -f {q} ]",
+                                 ops=[WriteFile(path=path, content=old, mode=fact.mode, owner=fact.owner,
+                                                group=fact.group)])
+    return change
+
+
 class ManagedFilesDriver:
     """Keeps whole files (inline, from the repository, or templated per node) and notifies what follows."""
 
@@ -116,7 +146,7 @@ class ManagedFilesDriver:
         """Each file (secret ones by sha256 only) and the state of every service a file may restart."""
         for item in self._files(ctx, node):
             req.files.append(item.path)
-            if item.secret:
+            if item.secret:  # (a file to remove: its content is read too, for the undo)
                 req.secret.append(item.path)
             req.services += [target for kind, target, _ in item.notifications() if kind in ("reload", "restart")]
 
@@ -124,6 +154,11 @@ class ManagedFilesDriver:
         """A change per file whose content, mode, owner or group differs, carrying its notify follow-ups."""
         changes = []
         for item in self._files(ctx, node):
+            if item.state == "absent":
+                changes.append(removal(self.name, node, item, facts.files.get(item.path), self.phase))
+                if changes[-1].changing:
+                    changes[-1].followups = self.notified(ctx, node, item, facts)
+                continue
             desired = render(ctx.state, item, node)
             if desired is None and item.encrypted:
                 changes.append(encrypted_change(ctx, self.name, node, item, facts.files.get(item.path), self.phase))
@@ -147,7 +182,7 @@ class ManagedFilesDriver:
 
     def notified(self, ctx: Context, node: str, item: ManagedFile, facts: NodeFacts) -> list[FollowUp]:
         """The follow-ups a change of ITEM on NODE asks for."""
-        reason = f"{item.path} changed on {node}"
+        reason = f"{item.path} {'removed' if item.state == 'absent' else 'changed'} on {node}"
         ctl = ctx.controller
         steps = []
         for kind, target, rolling in item.notifications():

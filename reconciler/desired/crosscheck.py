@@ -189,7 +189,13 @@ def _files(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> 
         nodes = _selected(item.nodes, list(item.roles), roles)
         if clash := _claim(taken, [(name, item.path) for name in nodes], index):
             (name, _), other = clash
-            yield ("files", index, "path"), f"files[{index}] and files[{other}] both write {item.path} on node {name}"
+            if state.files[other].state != item.state:
+                yield ("files", index, "state"), (f"files[{index}] wants {item.path} {item.state} and files[{other}] "
+                                                  f"{state.files[other].state} on node {name}")
+            else:
+                yield ("files", index, "path"), (f"files[{index}] and files[{other}] both "
+                                                 f"{'remove' if item.state == 'absent' else 'write'} {item.path} on "
+                                                 f"node {name}")
         for number, (kind, target, _) in enumerate(item.notifications()):
             off = [n for n in nodes if (n, target) in stopped] if kind in ("restart", "reload") else []
             if off:

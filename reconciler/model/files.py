@@ -175,10 +175,17 @@ def _validate_placeholder(value: str | None) -> str | None:
     return value
 
 
+# What a file to remove cannot have (its `validate_cmd` is given as `validate`: the field's name is what is set).
+ABSENT_REFUSED = ("content", "source", "template", "mode", "owner", "group", "validate_cmd")
+
+
 class ManagedFile(NodeSelection):
     """A whole file kept on a set of nodes, with what must follow when it changes."""
 
     path: AbsPath
+    state: Literal["present", "absent"] = Field(default="present", description="absent: the file is removed "
+                                                "where it exists (kept as PATH.reconciler-bak unless secret); "
+                                                "no content or source then")
     content: MultilineText | None = Field(default=None, description="The file's text (instead of source)")
     source: Text | None = Field(default=None, description="A file of this repository, relative to the YAML "
                                 "file's directory (instead of content)")
@@ -202,6 +209,12 @@ class ManagedFile(NodeSelection):
 
     @model_validator(mode="after")
     def _one_content(self) -> ManagedFile:
+        if self.state == "absent":
+            given = [k for k in ABSENT_REFUSED if k in self.model_fields_set]
+            if given:
+                names = ", ".join("validate" if k == "validate_cmd" else k for k in given)
+                raise ValueError(f"a file with state: absent is removed: {names} would say nothing (remove them)")
+            return self
         if (self.content is None) == (self.source is None):
             raise ValueError("a file needs exactly one of content and source")
         if self.template and self.content is not None:

@@ -186,3 +186,41 @@ def test_05_secret_file_is_written_but_never_shown(site: Site) -> None:
     assert site.sh("gpu01", "cat /etc/site.secret") == secret
     assert site.sh("gpu01", "stat -c %a /etc/site.secret").strip() == "400"
     assert site.cli("plan").returncode == 0
+
+
+def test_06_state_absent_removes_a_file_once_and_validate_refuses_both(site: Site) -> None:
+    """A file the previous state added, now `state: absent` (what a rollback to the commit before it needs): the plan
+    says it is removed and where it is kept, apply moves it aside and runs its notify, the second plan is clean;
+    one node asked for a file both present and absent is refused by validate at the file's line."""
+    base = dict(somaxconn=2222, keepalive=4444, pyxis_line="optional /usr/lib/slurm/spank_pyxis.so")
+    added = "  - {path: /etc/site.d/added.conf, nodes: 'gpu[01-02]', content: \"added: 1\\n\"}\n"
+    site.files(**base, extra=added)
+    assert site.cli("apply", "--yes").returncode == 0
+    assert site.sh("gpu01", "cat /etc/site.d/added.conf") == "added: 1\n"
+    site.sh("gpu02", "rm -f /etc/site.d/added.conf")  # already gone on gpu02: nothing to do there
+    absent = ("  - {path: /etc/site.d/added.conf, nodes: 'gpu[01-02]', state: absent,"
+              " notify: [{command: touch /tmp/added-removed}]}\n")
+    site.files(**base, extra=absent)
+    plan = site.cli("plan")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "remove /etc/site.d/added.conf (9 bytes, kept as /etc/site.d/added.conf.reconciler-bak)" in plan.stdout
+    assert "gpu02" not in "".join(lines(plan.stdout, "kept as /etc/site.d/added.conf.reconciler-bak)")), plan.stdout
+    applied = site.cli("apply", "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert site.sh("gpu01", "test ! -e /etc/site.d/added.conf && cat /etc/site.d/added.conf.reconciler-bak") == \
+        "added: 1\n"
+    assert site.sh("gpu01", "test -e /tmp/added-removed && echo notified") == "notified\n"
+    assert site.sh("gpu02", "test -e /tmp/added-removed || echo not") == "not\n"
+    again = site.cli("plan")
+    assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr
+
+    site.files(**base, extra=added + absent.replace("'gpu[01-02]'", "gpu02"))
+    refused = site.cli("validate")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert re.search(r"files\.yaml:\d+:\d+: files\[5\]\.state: files\[5\] wants /etc/site\.d/added\.conf absent and "
+                     r"files\[4\] present on node gpu02", refused.stdout + refused.stderr), refused.stdout + refused.stderr
+    site.files(**base, extra=absent.replace("state: absent,", "state: absent, content: x,"))
+    refused = site.cli("validate")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert "state: absent is removed: content would say nothing" in refused.stdout + refused.stderr
+    assert site.sh("gpu01", "test ! -e /etc/site.d/added.conf && echo gone") == "gone\n"  # validate changed nothing
