@@ -61,18 +61,29 @@ def _scontrol_fields(line: str) -> dict[str, str]:
     return fields
 
 
+# The states a Reason is about (scontrol.1, 22.05 and 24.11: "Identify the reason the node is in a DOWN, DRAINED,
+# DRAINING, FAILING or FAIL state").
+REASON_STATES = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
+
+
 def parse_scontrol_nodes(text: str) -> dict[str, SlurmNodeFact]:
-    """Parse `scontrol show node -o` into each node's state and reason."""
+    """Parse `scontrol show node -o` into each node's state and reason.
+
+    A Reason is kept only while the state is one it explains: Slurm 24.11 (seen on the testbed, 24.11.5 without
+    accounting storage) leaves the last drain's Reason on a node resumed since (State=IDLE), where 22.05 clears it;
+    shown, it would read as a drain nobody set (tests/facts/test_stale_reason_testbed.py)."""
     nodes: dict[str, SlurmNodeFact] = {}
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
         fields = _scontrol_fields(line)
+        state = fields.get("State", "UNKNOWN")
         reason = fields.get("Reason")
         if reason:
             reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)  # drop the "[user@time]" suffix
-        nodes[fields["NodeName"]] = SlurmNodeFact(name=fields["NodeName"], state=fields.get("State", "UNKNOWN"),
-                                                  reason=reason or None)
+        if not set(state.replace("*", "").split("+")) & REASON_STATES:
+            reason = None
+        nodes[fields["NodeName"]] = SlurmNodeFact(name=fields["NodeName"], state=state, reason=reason or None)
     return nodes
 
 
