@@ -289,6 +289,12 @@ tests:
         values: '0x40'
       - series: 'reconciler_node_upgrade_state{{job="reconciler",instance="login01:9464",node="gpu01",state="done"}}'
         values: '1x40'
+      - series: 'reconciler_node_upgrade_state{{job="reconciler",instance="login01:9464",node="gpu07",state="rollback-failed"}}'
+        values: '0x10 1x30'
+      - series: 'reconciler_node_upgrade_state{{job="reconciler",instance="login01:9464",node="gpu08",state="failed"}}'
+        values: '1x12 0x28'
+      - series: 'reconciler_node_upgrade_state{{job="reconciler",instance="login01:9464",node="gpu08",state="released"}}'
+        values: '0x12 1x28'
     alert_rule_test:
       - eval_time: 14m
         alertname: ReconcilerUpgradeNodeFailed
@@ -299,6 +305,10 @@ tests:
           - exp_labels: {{severity: warning, node: gpu06}}
             exp_annotations:
               summary: "gpu06 failed its upgrade and stays drained"
+              description: "The node did not come back, or failed a gate after its reboot or driver reload; it stays drained with a `reconciler:` reason. Why: `reconciler status` (the upgrade's failed line) or the status page."
+          - exp_labels: {{severity: warning, node: gpu07}}
+            exp_annotations:
+              summary: "gpu07 failed its upgrade and stays drained"
               description: "The node did not come back, or failed a gate after its reboot or driver reload; it stays drained with a `reconciler:` reason. Why: `reconciler status` (the upgrade's failed line) or the status page."
 """
 
