@@ -86,7 +86,9 @@ def _adopt(files: RemoteFiles, cluster: CommentedMap, compute: list[str], option
     controllers = list(dict.fromkeys(str(c).split("(", 1)[0] for c in cluster["controllers"]))
     computing = [name for expr in compute for name in hostlist.expand(expr)]
     names = list(dict.fromkeys(controllers + computing))
-    want = adopt.wanted(cluster["slurm_conf"], files.config_dir, options.image_dirs)
+    family = cluster.get("slurm_version")
+    want = adopt.wanted(cluster["slurm_conf"], files.config_dir, options.image_dirs,
+                        family if family != "FILL-IN" else None)
     req = adopt.request(want)
     if options.packages:
         req.python["packages"] = package_import.snippet(options.packages)

@@ -21,6 +21,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from reconciler.common import hostlist
 from reconciler.desired.managed import MAX_SOURCE_BYTES
+from reconciler.drivers.slurmctld_steps import reexecs
 from reconciler.facts import parsers
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, ServiceFact, StatFact
@@ -33,17 +34,30 @@ SCRIPT_PARAMS = ("Prolog", "Epilog", "PrologSlurmctld", "EpilogSlurmctld", "Task
                  "SuspendProgram", "ResumeFailProgram", "UnkillableStepProgram")
 RESTART_SLURMD = "restart slurmd rolling"
 RECONFIGURE = "scontrol reconfigure"
-# Files of the config directory Slurm reads, and what a change of one needs. plugstack.conf (SPANK plugins) is
-# read afresh by every job step, so a change needs nothing (observed on 22.05 and 24.11 by
-# tests/params/test_observed_consequences_testbed.py); the job_container plugin is loaded when slurmd starts;
-# topology, accounting-gather, OCI, helpers and MPI settings are read again on `scontrol reconfigure`; slurmctld
-# reloads job_submit.lua itself when it changes.
+# Files of the config directory Slurm reads, and what a change of one needs (plugstack.conf: spank_notify). The
+# job_container plugin is loaded when slurmd starts; topology, accounting-gather, OCI, helpers and MPI settings are
+# read again on `scontrol reconfigure`; slurmctld reloads job_submit.lua itself when it changes.
 CONFIG_FILES: dict[str, str | None] = {
-    "plugstack.conf": None, "topology.conf": RECONFIGURE, "job_submit.lua": None,
+    "plugstack.conf": RESTART_SLURMD, "topology.conf": RECONFIGURE, "job_submit.lua": None,
     "acct_gather.conf": RECONFIGURE, "oci.conf": RECONFIGURE, "helpers.conf": RECONFIGURE,
     "job_container.conf": RESTART_SLURMD, "mpi.conf": RECONFIGURE,
 }
-CONFIG_GLOBS: dict[str, str | None] = {"plugstack.conf.d/*": None}  # read by each job step, as above
+CONFIG_GLOBS: dict[str, str | None] = {"plugstack.conf.d/*": RESTART_SLURMD}  # as plugstack.conf
+SPANK_FILES = ("plugstack.conf", "plugstack.conf.d/*")
+
+
+def spank_notify(family: str | None, configless: bool) -> str:
+    """What a plugstack.conf (or plugstack.conf.d/*) change needs in this family and mode.
+
+    Job steps load the SPANK plugins afresh (observed on 22.05 and 24.11 by
+    tests/params/test_observed_consequences_testbed.py), but spank.8 (22.05 and 24.11): "Plugins loaded in slurmd
+    context persist for the entire time slurmd is running, so if configuration is changed or plugins are updated,
+    slurmd must be restarted". From 23.11 `scontrol reconfigure` re-executes slurmd (scontrol.1 23.11: "creating new
+    processes for the daemons"), which loads them afresh; in configless mode slurmd's copy of the file is refreshed
+    only by a reconfigure or a restart (configless_slurm.shtml: "The slurmd on startup will reach out to a
+    slurmctld"; "scontrol reconfig and checking that the config was updated"). Unknown family: the restart.
+    """
+    return RECONFIGURE if configless or reexecs(family) else RESTART_SLURMD
 SERVICES = ("slurmctld", "slurmd", "slurmdbd", "munge", "nfs-server", "nfs-kernel-server")
 MUNGE_KEY = "/etc/munge/munge.key"
 # Programs a package owns (RebootProgram=/sbin/reboot): left to the package manager, never adopted.
@@ -70,9 +84,15 @@ class Wanted:
     skipped: list[str] = field(default_factory=list)
 
 
-def wanted(slurm_conf: Mapping[str, Any], config_dir: str, image_dirs: list[str]) -> Wanted:
-    """What to read, from the imported slurm.conf parameters (Slurm's spelling) and the config directory."""
+def wanted(slurm_conf: Mapping[str, Any], config_dir: str, image_dirs: list[str], family: str | None = None) -> Wanted:
+    """What to read, from the imported slurm.conf parameters (Slurm's spelling), the config directory and the Slurm
+    family (what a plugstack.conf change needs depends on it)."""
     out = Wanted(image_dirs=[d.rstrip("/") or "/" for d in image_dirs])
+    configless = "enable_configless" in str(slurm_conf.get("SlurmctldParameters") or "")
+    spank = spank_notify(family, configless)
+    spank_why = ("; configless before 23.11: slurmd-context plugins take a change only when slurmd restarts "
+                 "(spank.8), the reconfigure refreshes the copy job steps read") if configless and not reexecs(
+                     family) else ""
     for param in SCRIPT_PARAMS:
         value = slurm_conf.get(param)
         if not isinstance(value, str) or not value.strip():
@@ -91,11 +111,13 @@ def wanted(slurm_conf: Mapping[str, Any], config_dir: str, image_dirs: list[str]
         path = posixpath.join(config_dir, name)
         if name == "plugstack.conf" and isinstance(plugstack, str) and plugstack.startswith("/"):
             path = plugstack
-        out.paths.setdefault(path, Origin(why=f"{name}, read by Slurm", notify=notify,
-                                          script=name.endswith(".lua")))
+        spanks = name in SPANK_FILES
+        out.paths.setdefault(path, Origin(why=f"{name}, read by Slurm" + (spank_why if spanks else ""),
+                                          notify=spank if spanks else notify, script=name.endswith(".lua")))
     for pattern, notify in CONFIG_GLOBS.items():
-        out.globs.setdefault(posixpath.join(config_dir, pattern), Origin(why="a SPANK plugin configuration",
-                                                                         notify=notify))
+        spanks = pattern in SPANK_FILES
+        out.globs.setdefault(posixpath.join(config_dir, pattern), Origin(
+            why="a SPANK plugin configuration" + (spank_why if spanks else ""), notify=spank if spanks else notify))
     return out
 
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from reconciler.facts.gather import GATHER_COMMAND
 from reconciler.facts.models import FileFact, StatFact
 from reconciler.importer import adopt
@@ -29,7 +31,7 @@ def test_wanted_reads_the_programs_slurm_conf_names_and_the_config_dir() -> None
     assert want.paths["/etc/slurm/epilog.sh"].script  # the program, not its arguments
     assert "/opt/slurm/plugstack.conf" in want.paths and "/etc/slurm/plugstack.conf" not in want.paths
     assert want.paths["/etc/slurm/topology.conf"].notify == "scontrol reconfigure"
-    assert want.globs["/etc/slurm/plugstack.conf.d/*"].notify is None  # read by each job step
+    assert want.globs["/etc/slurm/plugstack.conf.d/*"].notify == "restart slurmd rolling"  # family unknown
     assert not any(p.startswith("/sbin") for p in want.paths)
     assert [s.split(":")[0] for s in want.skipped] == ["HealthCheckProgram=nhc", "RebootProgram=/sbin/reboot"]
     req = adopt.request(want)
@@ -106,14 +108,27 @@ def test_validate_by_shebang_and_lua_only_where_luac_is() -> None:
     assert adopt._validate_for("-- lua\n", "/etc/slurm/job_submit.lua", script, False) is None
 
 
-def test_plugstack_needs_no_restart() -> None:
-    """Each job step reads plugstack.conf afresh: observed on 22.05 and 24.11
-    (tests/params/test_observed_consequences_testbed.py); it used to restart slurmd on slurmd nodes."""
-    want = adopt.wanted({}, "/etc/slurm", [])
+@pytest.mark.parametrize(("family", "configless", "notify"), [
+    ("22.05", False, "restart slurmd rolling"), ("23.02", False, "restart slurmd rolling"),
+    ("23.11", False, "scontrol reconfigure"), ("24.11", False, "scontrol reconfigure"),
+    ("22.05", True, "scontrol reconfigure"), ("24.11", True, "scontrol reconfigure")])
+def test_plugstack_follows_spank_8_and_configless(family: str, configless: bool, notify: str) -> None:
+    """Claimed before: nothing (each job step reads plugstack.conf afresh). spank.8 (22.05, 24.11): plugins loaded in
+    slurmd's context persist while slurmd runs, slurmd must be restarted; from 23.11 reconfigure re-executes slurmd
+    (scontrol.1 23.11); configless: only reconfigure (or a restart) refreshes slurmd's copy."""
+    conf = {"SlurmctldParameters": "enable_configless"} if configless else {}
+    want = adopt.wanted(conf, "/etc/slurm", [], family)
+    assert want.paths["/etc/slurm/plugstack.conf"].notify == notify
+    assert want.globs["/etc/slurm/plugstack.conf.d/*"].notify == notify
+    assert ("slurmd-context plugins" in want.paths["/etc/slurm/plugstack.conf"].why) is (configless and
+                                                                                      family == "22.05")
     text = "required /usr/lib/slurm/spank_pyxis.so\n"
     answers = {n: NodeAnswer(files={"/etc/slurm/plugstack.conf": fact(text)}) for n in ("ctl", "gpu01", "gpu02")}
     entries = adopt.adopt(answers, want, ["ctl"], {"gpu01", "gpu02"}).docs["files.yaml"]["files"]
-    assert [(e["nodes"], e.get("notify")) for e in entries] == [("ctl,gpu[01-02]", None)]
+    if notify == "scontrol reconfigure":
+        assert [(e["nodes"], e.get("notify")) for e in entries] == [("ctl,gpu[01-02]", [notify])]
+    else:  # the controller runs no slurmd: its copy (read by srun there) needs nothing
+        assert [(e["nodes"], e.get("notify")) for e in entries] == [("gpu[01-02]", [notify]), ("ctl", None)]
 
 
 def test_munge_key_fingerprint_only_and_key_file_checked(tmp_path: Path) -> None:

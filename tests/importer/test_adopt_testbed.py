@@ -4,7 +4,8 @@ A running testbed (Slurm files written by the testbed, not by the reconciler) ge
 keeps: a site prolog named by `Prolog=` (on every node, one node's copy different), a plugstack.conf with a
 plugstack.conf.d/ file, a topology.conf and an enroot image. `reconciler import ssh://ctl` adopts all of it;
 the first plan is exit 0; a hand edit of the prolog is drift with a diff and is healed; a topology.conf change in
-Git plans `scontrol reconfigure`, a plugstack.conf.d change nothing to restart (each job step reads it).
+Git plans `scontrol reconfigure`, a plugstack.conf.d change a slurmd restart on the nodes running slurmd (22.05:
+spank.8, plugins loaded in slurmd's context persist until slurmd restarts).
 """
 
 from __future__ import annotations
@@ -81,8 +82,10 @@ def entries(out: Path, name: str, key: str) -> list[dict]:
 def test_every_site_file_is_adopted_with_its_node_set_and_consequence(adopted: tuple[Testbed, Path]) -> None:
     _, out = adopted
     files = {(e["path"], e["nodes"]): e for e in entries(out, "files.yaml", "files")}
-    assert set(files) == {(PROLOG, "ctl,gpu01"), (PROLOG, "gpu02"), ("/etc/slurm/plugstack.conf", "ctl,gpu[01-02]"),
-                          ("/etc/slurm/plugstack.conf.d/pyxis.conf", "ctl,gpu[01-02]"),
+    # plugstack: the slurmd nodes' copies restart slurmd (22.05, spank.8), the controller's (srun) needs nothing
+    assert set(files) == {(PROLOG, "ctl,gpu01"), (PROLOG, "gpu02"), ("/etc/slurm/plugstack.conf", "gpu[01-02]"),
+                          ("/etc/slurm/plugstack.conf", "ctl"), ("/etc/slurm/plugstack.conf.d/pyxis.conf", "ctl"),
+                          ("/etc/slurm/plugstack.conf.d/pyxis.conf", "gpu[01-02]"),
                           ("/etc/slurm/topology.conf", "ctl,gpu[01-02]")}, sorted(files)
     prolog = files[(PROLOG, "ctl,gpu01")]
     assert (prolog["mode"], prolog["owner"], prolog["group"], prolog["validate"]) == ("0750", "root", "root",
@@ -90,7 +93,8 @@ def test_every_site_file_is_adopted_with_its_node_set_and_consequence(adopted: t
     assert (out / prolog["source"]).read_text() == PROLOG_TEXT
     assert (out / files[(PROLOG, "gpu02")]["source"]).read_text() == GPU02_PROLOG
     assert "notify" not in prolog  # a prolog is read at each job: a change needs nothing
-    assert "notify" not in files[("/etc/slurm/plugstack.conf", "ctl,gpu[01-02]")]  # each job step reads it
+    assert "notify" not in files[("/etc/slurm/plugstack.conf", "ctl")]  # srun reads it at each job
+    assert files[("/etc/slurm/plugstack.conf", "gpu[01-02]")]["notify"] == ["restart slurmd rolling"]
     assert files[("/etc/slurm/topology.conf", "ctl,gpu[01-02]")]["notify"] == ["scontrol reconfigure"]
     services = {e["name"]: e["nodes"] for e in entries(out, "services.yaml", "services")}
     assert services == {"slurmctld": "ctl", "slurmd": "gpu[01-02]", "munge": "ctl,gpu[01-02]"}
@@ -149,7 +153,8 @@ def test_changes_in_git_plan_their_consequences(adopted: tuple[Testbed, Path], t
     plan = json.loads(cli("plan", str(changed), "--format", "json").stdout)
     assert [c["resource"] for c in plan["changes"] if c["action"] != "ok"] == [
         "/etc/slurm/plugstack.conf.d/pyxis.conf"]
-    assert plan["followups"] == [], plan["followups"]  # each job step reads it (observed on 22.05 and 24.11)
+    assert [(f["node"], f["kind"], f["target"]) for f in plan["followups"]] == [
+        ("gpu01", "restart", "slurmd"), ("gpu02", "restart", "slurmd")], plan["followups"]  # spank.8 22.05
 
 
 def test_the_import_reads_each_node_once_after_the_controller(adopted: tuple[Testbed, Path], tmp_path: Path) -> None:
