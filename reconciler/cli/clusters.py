@@ -9,8 +9,8 @@ from typing import Any, NoReturn
 import click
 
 from reconciler.cli.support import CLUSTER, DEFAULT_DIR, exit_with_errors, load_or_exit
-from reconciler.desired.clusters import cluster_names, load_cluster, read_promotion
-from reconciler.desired.loader import DesiredStateError
+from reconciler.desired.clusters import bad_name, cluster_names, load_cluster, read_promotion, shared_cluster_names
+from reconciler.desired.loader import DesiredStateError, LoadedState
 from reconciler.model.bounds import human
 
 
@@ -27,14 +27,26 @@ def validate_clusters(directory: str, only: str | None) -> NoReturn:
         click.echo(f"error: {directory}/clusters/ holds no cluster directory", err=True)
         sys.exit(1)
     failed: list[str] = []
+    results: dict[str, LoadedState | DesiredStateError] = {}
     for name in [only] if only else names:
+        if (bad := bad_name(name)) is not None:
+            failed.append(ascii(name)[1:-1])
+            click.echo(f"error: {bad}", err=True)
+            continue
         try:
-            loaded = load_cluster(directory, name)
+            results[name] = load_cluster(directory, name)
         except DesiredStateError as exc:
+            results[name] = exc
+    if only is None:  # a name shared with a cluster not validated now is not known here
+        loaded_ok = {n: r for n, r in results.items() if isinstance(r, LoadedState)}
+        for name, error in shared_cluster_names(loaded_ok):
+            results[name] = DesiredStateError([error])
+    for name, loaded in results.items():
+        if isinstance(loaded, DesiredStateError):
             failed.append(name)
-            for error in exc.errors:
+            for error in loaded.errors:
                 click.echo(f"error: [cluster {name}] {error}", err=True)
-            click.echo(f"{directory} [cluster {name}]: {len(exc.errors)} error(s)", err=True)
+            click.echo(f"{directory} [cluster {name}]: {len(loaded.errors)} error(s)", err=True)
             continue
         for warning in risk_warnings(loaded):
             click.echo(f"warning: [cluster {name}] {warning}", err=True)

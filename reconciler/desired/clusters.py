@@ -56,7 +56,7 @@ def _bases(root: Path, name: str, errors: list[ConfigError], limits: LoadLimits 
     for index, base in enumerate(bases):
         where: KeyPath = ("bases", index)
         at = locations.get(where) or locations.get(("bases",))
-        if not isinstance(base, str) or not _PART_NAME.match(base):
+        if not isinstance(base, str) or not _PART_NAME.fullmatch(base):
             errors.append(ConfigError(at, where, f"{base!r} is not a base name: a directory name under {BASES_DIR}/ "
                                       "(letters, digits, '_', '.', '-'; no path)"))
         elif base in out:
@@ -102,6 +102,32 @@ def _outside(root: Path, name: str) -> list[ConfigError]:
     return out
 
 
+def bad_name(name: str) -> ConfigError | None:
+    """The error of a cluster directory whose name --cluster, a daemon's `cluster:` and promotion.yaml cannot
+    name (the rule of base names), or None."""
+    if _PART_NAME.fullmatch(name):
+        return None
+    return ConfigError(None, (), f"{CLUSTERS_DIR}/{ascii(name)[1:-1]}/ is not a cluster name (letters, digits, '_', "
+                       "'.', '-', not starting with '.' or '-'): --cluster, the daemon's cluster: and promotion.yaml "
+                       "cannot name it; rename the directory")
+
+
+def shared_cluster_names(loaded: dict[str, LoadedState]) -> list[tuple[str, ConfigError]]:
+    """(cluster, error) for each cluster whose cluster.name (Slurm's ClusterName) another cluster of the
+    repository also has: notifications and Slurm's accounting would take one for the other."""
+    first: dict[str, str] = {}
+    out = []
+    for name in sorted(loaded):
+        state = loaded[name]
+        other = first.setdefault(state.state.cluster.name, name)
+        if other != name:
+            where: KeyPath = ("cluster", "name")
+            out.append((name, ConfigError(state.where(where), where, f"cluster {other} has this name too "
+                        f"({state.state.cluster.name!r}): Slurm's ClusterName and the reconciler's notifications "
+                        "tell clusters apart by it; give each its own")))
+    return out
+
+
 def read_cluster(root: Path, name: str, errors: list[ConfigError],
                  limits: LoadLimits | None = None) -> tuple[Merged[Location], list[Path]]:
     """Cluster NAME's layers merged, not validated (ERRORS: those of reading them), and the files read."""
@@ -109,6 +135,8 @@ def read_cluster(root: Path, name: str, errors: list[ConfigError],
     if name not in known:
         raise DesiredStateError([ConfigError(None, (), f"no cluster {name!r} in {root} (clusters: "
                                              f"{', '.join(known) or 'none'})")])
+    if (bad := bad_name(name)) is not None:
+        raise DesiredStateError([bad])
     errors.extend(_stray_files(root) + _outside(root, name))
     if any(e.message.endswith(OUTSIDE) for e in errors):
         raise DesiredStateError(errors)

@@ -7,8 +7,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from reconciler import params as slurm_params
 from reconciler.common import hostlist
-from reconciler.desired import targets, upgrade_rules
+from reconciler.desired import packagecheck, targets, upgrade_rules
 from reconciler.desired.inventory import node_specs
+from reconciler.desired.lockout import lockouts
 from reconciler.desired.relations import relations
 from reconciler.model import AccountSpec, DesiredState, SlurmScalar, UserSpec
 from reconciler.model import values as value_rules
@@ -331,4 +332,5 @@ def cross_check(state: DesiredState) -> list[Problem]:
             *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
             *_accounting(state), *relations(state),
             *kernel_problems(state.kernel, roles, [item.path for item in state.files]),
-            *upgrade_rules.problems(state, roles)]
+            *upgrade_rules.problems(state, roles), *packagecheck.package_problems(state),
+            *packagecheck.upgrade_problems(state), *lockouts(state)]

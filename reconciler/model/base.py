@@ -72,6 +72,11 @@ def parse_size(value: str | int) -> int:
     return int(float(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
 
 
+# The opt-in of an entry that would cut the reconciler off from its nodes (reconciler/desired/lockout.py).
+AllowLockout = Annotated[bool, Field(description="true: this entry is meant to remove or stop what the reconciler "
+                                     "needs to reach and manage its nodes (sshd, python3, sudo, munge, the "
+                                     "network); without it validate refuses such an entry")]
+
 Role = Literal["controller", "login", "compute", "nfs-server", "bastion", "storage"]
 
 

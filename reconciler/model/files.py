@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from reconciler.model import values
-from reconciler.model.base import AbsPath, Hostlist, NodeSelection, Strict, absolute, hostlist_expr
+from reconciler.model.base import AbsPath, AllowLockout, Hostlist, NodeSelection, Strict, absolute, hostlist_expr
 from reconciler.model.packages import PackageMap
 from reconciler.model.secrets import AGE_SUFFIX
 from reconciler.model.values import EnrootUri, MultilineText, NameToken, Text
@@ -186,6 +186,7 @@ class ManagedFile(NodeSelection):
     state: Literal["present", "absent"] = Field(default="present", description="absent: the file is removed "
                                                 "where it exists (kept as PATH.reconciler-bak unless secret); "
                                                 "no content or source then")
+    allow_lockout: AllowLockout = False
     content: MultilineText | None = Field(default=None, description="The file's text (instead of source)")
     source: Text | None = Field(default=None, description="A file of this repository, relative to the YAML "
                                 "file's directory (instead of content)")
@@ -260,6 +261,7 @@ class ManagedService(NodeSelection):
     name: NameToken = Field(description="systemd unit or supervisord program name")
     state: Literal["running", "stopped"] = "running"
     enabled: bool | None = Field(default=None, description="Start at boot (systemd only); null: leave alone")
+    allow_lockout: AllowLockout = False
 
 
 class PackageSet(NodeSelection):
@@ -274,6 +276,7 @@ class PackageSet(NodeSelection):
     cache_valid_time: StrictInt | None = Field(default=None, ge=1, le=10 * 365 * 86400, description="Seconds: also "
                                          "refresh when the metadata is older than this, even with nothing to "
                                          "install (implies update_cache)")
+    allow_lockout: AllowLockout = False
 
     @model_validator(mode="after")
     def _valid_time_updates(self) -> PackageSet:

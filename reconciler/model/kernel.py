@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field
 
 from reconciler.common import hostlist
 from reconciler.model import values
-from reconciler.model.base import NodeSelection, Strict
+from reconciler.model.base import AllowLockout, NodeSelection, Strict
 
 MODULES_DIR = "/etc/modprobe.d"
 SYSCTL_FILE = "/etc/sysctl.d/90-reconciler.conf"
@@ -125,6 +125,7 @@ class KernelModule(NodeSelection):
         default_factory=dict, description="Module parameters, written as `options NAME k=v` to "
         "/etc/modprobe.d/reconciler-NAME.conf; a loaded module whose live value differs is reloaded (needs a "
         "driver reload)")
+    allow_lockout: AllowLockout = False
 
 
 class SysctlSet(NodeSelection):
@@ -135,6 +136,7 @@ class SysctlSet(NodeSelection):
     needs: Literal["reboot"] | None = Field(
         default=None, description="reboot: these values take effect at boot only (the file is written, the live "
         "value is not set; the change says it needs a reboot)")
+    allow_lockout: AllowLockout = False
 
 
 class Kernel(Strict):

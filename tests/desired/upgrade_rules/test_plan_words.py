@@ -96,7 +96,8 @@ def test_orchestrated_upgrade_is_not_called_held(tmp_path: Path) -> None:
 
 def test_orchestrated_driver_reload_without_gates(tmp_path: Path) -> None:
     """A driver reload under rollout.upgrade with no gates: says so."""
-    plan = plan_8(tmp_path, {}, needs="driver-reload", rollout="rollout:\n  upgrade: {gates: []}\n")
+    plan = plan_8(tmp_path, {}, needs="driver-reload",
+                  rollout="rollout:\n  upgrade: {gates: [], driver_reload: {modules: [nvidia]}}\n")
     text = render_text(plan)
     assert ("Upgrades with driver reloads on gpu[01-08]: node by node, 1 at a time, no gates (rollout.upgrade)"
             in text), text
