@@ -36,6 +36,8 @@ class Case:
     removed: tuple[str, ...] = ()  # compute nodes the change takes away (their slurmd is stopped first)
     added: tuple[str, ...] = ()  # compute nodes the change adds (their slurmd is started after the steps)
     unobservable: Callable[[Files], str | None] | None = None  # why the testbed cannot see this change, or None
+    # Where Slurm's documents ask for more than this testbed can show is needed: release -> the source, or None
+    documented: Callable[[str], str | None] | None = None
 
 
 def sub(text: str | None, pattern: str, repl: str) -> str:
@@ -170,11 +172,26 @@ def no_cgroup_plugin(files: Files) -> str | None:
             "jobacct_gather/none; the nodes' /sys/fs/cgroup is read-only)")
 
 
+def nodes_documented(release: str) -> str | None:
+    """Before 24.11 the documents ask for every slurmd restarted when nodes come or go; 2 nodes never forward."""
+    if release >= "24.11":
+        return None
+    return ("slurm.conf.5 and scontrol.1 22.05: every slurmd must know each node to forward messages; a 2-node "
+            "testbed never forwards (tests/params/test_forwarding_testbed.py does)")
+
+
+def spank_documented(release: str) -> str:
+    """spank.8: plugins loaded in slurmd's context persist until slurmd restarts (23.11 on: reconfigure re-executes
+    it, scontrol.1); the case's plugin runs in job steps only."""
+    return "spank.8: slurmd-context plugins need slurmd restarted" + (
+        "; from 23.11 reconfigure re-executes slurmd (scontrol.1)" if release >= "23.11" else "")
+
+
 CASES = [
-    Case("remove a node", without_gpu02, ctld=remove_node, removed=("gpu02",)),
+    Case("remove a node", without_gpu02, ctld=remove_node, removed=("gpu02",), documented=nodes_documented),
     Case("add a node", with_gpu02, ctld=add_node, slurmd=lambda bed: runs(bed, "-w gpu02 hostname", "gpu02"),
          before=lambda f: f if "NodeName=gpu01 " in (f["slurm.conf"] or "") else without_gpu02(f),
-         absent=("gpu02",), added=("gpu02",)),
+         absent=("gpu02",), added=("gpu02",), documented=nodes_documented),
     Case("add a partition", edit(slurm_conf=lambda t: (t or "") + "PartitionName=extra Nodes=gpu02 MaxTime=10\n"),
          ctld=lambda bed: expect(show(bed, "partition extra"), r"PartitionName=extra ", "no partition extra"),
          slurmd=lambda bed: runs(bed, "-p extra hostname", "gpu02", "job in extra")),
@@ -182,7 +199,8 @@ CASES = [
          ctld=partition_maxtime),
     Case("Prolog", edit(slurm_conf=lambda t: (t or "") + f"Prolog={ETC}/prolog.sh\n", prolog_sh=lambda t: PROLOG),
          slurmd=prolog),
-    Case("plugstack.conf", edit(plugstack_conf=lambda t: (t or "") + f"required {PLUGIN}\n"), slurmd=plugstack),
+    Case("plugstack.conf", edit(plugstack_conf=lambda t: (t or "") + f"required {PLUGIN}\n"), slurmd=plugstack,
+         documented=spank_documented),
     Case("TopologyPlugin (topology/tree, topology.conf)",
          edit(slurm_conf=lambda t: (t or "") + "TopologyPlugin=topology/tree\n",
               topology_conf=lambda t: "SwitchName=s0 Nodes=gpu[01-02]\n"),

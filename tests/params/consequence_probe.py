@@ -27,7 +27,7 @@ from reconciler.drivers.slurm_consequences import (
     parse_slurm_conf,
     slurm_conf_consequence,
 )
-from reconciler.importer.adopt import CONFIG_FILES, RECONFIGURE, RESTART_SLURMD
+from reconciler.importer.adopt import CONFIG_FILES, RECONFIGURE, RESTART_SLURMD, spank_notify
 from tests.params.consequence_cases import CASES, Case
 from tests.params.probe_io import (
     FILES,
@@ -69,6 +69,7 @@ class Result:
     safe: bool  # kind is job-safe
     tried: dict[str, Try] = field(default_factory=dict)
     unobservable: str | None = None
+    documented: str | None = None  # the source that asks for the (stronger) claimed route, which was tried too
 
     def notes(self) -> list[str]:
         """Why each route that fell short did."""
@@ -193,14 +194,24 @@ def measure(prober: Prober, case: Case, start: Files, claim: str) -> Result:
         found = next((r for r in order if tried[r].why is None and "slurmd" in ROUTES[r]), None)
     sufficient = [r for r in order if r in tried and tried[r].why is None]
     result = Result(found or (sufficient[0] if sufficient else "none worked"), found is not None, tried)
-    prober.finish(case, start, found is not None and found == list(tried)[-1])
+    why = case.documented(prober.bed.slurm) if case.documented else None
+    if why and found is not None and claim in ROUTES and COST[claim] > COST[found]:
+        tried[claim] = prober.route(case, start, claim)  # the documents' route must work too
+        result.documented = why
+    last = tried[list(tried)[-1]] if tried else None
+    prober.finish(case, start, found is not None and last is not None and last.why is None
+                  and last.died_at in (None, "slurmd"))
     return result
 
 
 def agrees(result: Result, claim: str) -> bool:
-    """The claim is sufficient and job-safe, and no cheaper route is (see the module's docstring)."""
+    """The claim is sufficient and job-safe, and no cheaper route is (see the module's docstring); or Slurm's
+    documents ask for the claimed, stronger route (Result.documented) and it is sufficient and job-safe."""
     if result.unobservable:
         return True
+    if result.documented:
+        tried = result.tried.get(claim)
+        return tried is not None and tried.why is None and tried.died_at in (None, "slurmd")
     return result.safe and claim in result.tried and result.tried[claim].why is None and (
         COST[claim] == COST[result.kind])
 
@@ -228,7 +239,7 @@ def claimed(before: Files, after: Files, family: str, computes: list[str]) -> st
                 ctld |= cons.restart_slurmctld
                 slurmd |= cons.restart_slurmd_here
             continue
-        need = CONFIG_FILES.get(name)  # None: a script, run afresh each time
+        need = spank_notify(family, False) if name == "plugstack.conf" else CONFIG_FILES.get(name)  # None: a script
         slurmd |= need == RESTART_SLURMD
         reconf |= need == RECONFIGURE
     if ctld and slurmd:
@@ -254,7 +265,9 @@ daemons, none died, every node usable) and JOB-SAFE (a running job survives, or 
 restart, or dies however the change is applied and the route drains); "job survives" is whether the job lived
 through it undrained. A claim AGREES when it is sufficient and job-safe and no cheaper route is: it disagrees
 when it is not sufficient or restarts daemons that are not needed (stronger than needed). Not observable on the
-testbed: no daemon of the testbed acts on the change; the claim is kept.
+testbed: no daemon of the testbed acts on the change; the claim is kept. A claim stronger than the testbed needed
+agrees where Slurm's documents ask for it and the testbed cannot show why ("documents: ..."): the claimed route is
+then tried too and must be sufficient and job-safe.
 """
 
 
@@ -289,8 +302,9 @@ def markdown(rows: list[Row]) -> str:
         if res.safe and res.tried[res.kind].died_at not in (None, "slurmd"):
             need += " (no route keeps running jobs)"
         job = "-" if res.kind == "none worked" else "yes" if res.tried[res.kind].died_at is None else "**no**"
+        claim = RESTARTS[row.claim] + (f" (documents: {res.documented})" if res.documented else "")
         out.append(f"| {row.case} | {row.release} | {'yes' if reconf else 'no'} | {need} | {job} | "
-                   f"{RESTARTS[row.claim]} | {'yes' if row.agrees else '**no**'} |")
+                   f"{claim} | {'yes' if row.agrees else '**no**'} |")
     return "\n".join(out) + "\n" + LEGEND
 
 
