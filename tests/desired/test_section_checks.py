@@ -92,7 +92,7 @@ UPGRADE_PACKAGES = RELOAD_PACKAGES.replace("driver-reload", "reboot")
 def test_rollout_upgrade_names_a_managed_package_and_gates_it_uses(tmp_path: Path, upgrade: str, where: str,
                                                                    says: str) -> None:
     got = errors(tmp_path, UPGRADE_PACKAGES + f"rollout:\n  upgrade: {upgrade}\n")
-    assert len(got) == 1 and got[0].startswith(f"files.yaml:6:") and f" {where}: {says}" in got[0], got
+    assert len(got) == 1 and got[0].startswith("files.yaml:6:") and f" {where}: {says}" in got[0], got
 
 
 def test_a_driver_package_only_ever_removed_is_refused(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ IPV6_NODE = 'nodes:\n  - {name: gpu03, host: "fd00::3", roles: [compute]}\n'
 def test_a_sysctl_that_cuts_the_node_off_is_refused(tmp_path: Path, values: str, where: str, nodes: str,
                                                     says: str) -> None:
     got = errors(tmp_path, IPV6_NODE + f"kernel:\n  sysctls:\n    - roles: [compute]\n      values: {values}\n")
-    assert len(got) == 1 and got[0].startswith(f"files.yaml:6:") and \
+    assert len(got) == 1 and got[0].startswith("files.yaml:6:") and \
         f" kernel.sysctls[0].values.{where}: " in got[0] and f"cuts the reconciler off from {nodes}: " in got[0] \
         and says in got[0], got
 
@@ -227,7 +227,7 @@ def test_harmless_sysctls_and_ipv6_off_where_the_node_is_reached_over_ipv4_load(
 def test_stopping_a_service_the_reconciler_needs_is_refused(tmp_path: Path, service: str, where: str,
                                                             says: str) -> None:
     got = errors(tmp_path, f"services:\n  - {service}\n")
-    assert len(got) == 1 and got[0].startswith(f"files.yaml:2:") and f" {where}: {says}" in got[0], got
+    assert len(got) == 1 and got[0].startswith("files.yaml:2:") and f" {where}: {says}" in got[0], got
     loads(tmp_path / "meant", f"services:\n  - {service[:-1]}, allow_lockout: true}}\n")
 
 

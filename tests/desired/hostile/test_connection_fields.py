@@ -73,6 +73,32 @@ EXTRA: dict[str, tuple[Callable[[str], str], str, Callable[[str], bool]]] = {
                       lambda v: _inert(v)),
     "images.import_on": (lambda v: f"images:\n  - path: /srv/shared/images/x.sqsh\n    import_on: {v}\n",
                          "images[1].import_on", lambda v: _inert(v)),
+    # the sections of issue 37/43: names that reach apt/dnf, modprobe, modprobe.d and sysctl.d lines
+    "packages.name": (lambda v: f"packages:\n  - nodes: gpu01\n    packages: {{{v}: present}}\n",
+                      "packages[0].packages", lambda v: _inert(v)),
+    "kernel.modules.name": (lambda v: f"kernel:\n  modules:\n    - nodes: gpu01\n      name: {v}\n",
+                            "kernel.modules[0].name", lambda v: _inert(v) and "/" not in v and "." not in v),
+    "kernel.modules.options key": (lambda v: f"kernel:\n  modules:\n    - nodes: gpu01\n      name: nv\n"
+                                   f"      options: {{{v}: '1'}}\n", "kernel.modules[0].options",
+                                   lambda v: _inert(v) and "=" not in v),
+    "kernel.modules.options value": (lambda v: f"kernel:\n  modules:\n    - nodes: gpu01\n      name: nv\n"
+                                     f"      options: {{k: {v}}}\n", "kernel.modules[0].options",
+                                     lambda v: shlex.quote(v) == v and "=" not in v),
+    "kernel.sysctls key": (lambda v: f"kernel:\n  sysctls:\n    - nodes: gpu01\n      values: {{{v}: '1'}}\n",
+                           "kernel.sysctls[0].values", lambda v: _inert(v) and "/" not in v and ".." not in v),
+    "kernel.sysctls value": (lambda v: f"kernel:\n  sysctls:\n    - nodes: gpu01\n      values: {{net.core.x: {v}}}\n",
+                             "kernel.sysctls[0].values", lambda v: not any(c in v for c in "=#\\'\"")
+                             and all(c.isprintable() or c == "\t" for c in v)),
+}
+
+# rollout.upgrade's names (a package, services, modules: run by the upgrade machine), appended to rollout.yaml;
+# the value is also a package of packages: and started again, so that only its own rules can refuse it.
+UPGRADE: dict[str, tuple[Callable[[str], str], str]] = {
+    "driver_package": (lambda v: f"    driver_package: {v}\n", "rollout.upgrade.driver_package"),
+    "driver_reload.modules": (lambda v: f"    driver_reload: {{modules: [{v}]}}\n",
+                              "rollout.upgrade.driver_reload.modules"),
+    "driver_reload.stop": (lambda v: f"    driver_reload: {{stop: [{v}], start: [{v}]}}\n",
+                           "rollout.upgrade.driver_reload.stop"),
 }
 
 
@@ -88,12 +114,33 @@ def test_shell_and_path_fields_are_refused_or_inert(base: Path, field: str, valu
         try:
             load_dir(desired)
         except DesiredStateError as exc:
-            if any(e.key_path() == key_path and e.location is not None and e.location.file == "zz-extra.yaml"
-                   for e in exc.errors):
+            if any(e.key_path().startswith(key_path) and e.location is not None
+                   and e.location.file == "zz-extra.yaml" for e in exc.errors):
                 return
-            accepted_here = not any(e.key_path() == key_path for e in exc.errors)
+            accepted_here = not any(e.key_path().startswith(key_path) for e in exc.errors)
             assert accepted_here, [str(e) for e in exc.errors]
         assert safe(value), f"{field}: {value!r} accepted"
+
+
+@pytest.mark.parametrize("field", sorted(UPGRADE))
+@given(value=HOSTILE)
+def test_rollout_upgrade_names_are_refused_or_inert(base: Path, field: str, value: str) -> None:
+    """Generated strings in rollout.upgrade's names: refused at their file:line, or inert."""
+    put, key_path = UPGRADE[field]
+    with tempfile.TemporaryDirectory() as tmp:
+        desired = Path(tmp) / "d"
+        shutil.copytree(base, desired)
+        rollout = desired / "rollout.yaml"
+        rollout.write_text(rollout.read_text() + "  upgrade:\n" + put(_quoted(value)))
+        (desired / "zz-extra.yaml").write_text(f"packages:\n  - nodes: gpu01\n    packages: {{{_quoted(value)}: "
+                                               "present}\n")
+        try:
+            load_dir(desired)
+        except DesiredStateError as exc:
+            if any(e.key_path().startswith(key_path) and e.location is not None and e.location.file == "rollout.yaml"
+                   for e in exc.errors):
+                return
+        assert _inert(value), f"{field}: {value!r} accepted"
 
 
 @pytest.fixture(scope="module")
