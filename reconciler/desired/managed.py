@@ -20,8 +20,10 @@ def selects(state: DesiredState, item: NodeSelection, node: str) -> bool:
 
 
 def selected(state: DesiredState, item: NodeSelection) -> list[str]:
-    """The inventory nodes an entry selects, in inventory order."""
-    return [name for name in node_specs(state) if selects(state, item, name)]
+    """The inventory nodes an entry selects, in inventory order (as `selects`, the hostlist expanded once)."""
+    named = hostlist.expand_set(item.nodes) if item.nodes is not None else frozenset()
+    wanted = set(item.roles)
+    return [name for name, spec in node_specs(state).items() if name in named or spec.roles & wanted]
 
 
 def template_values(state: DesiredState, node: str) -> dict[str, str]:
