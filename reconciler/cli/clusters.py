@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from reconciler.cli.support import CLUSTER, DEFAULT_DIR, exit_with_errors, load_or_exit
-from reconciler.desired.clusters import bad_name, cluster_names, load_cluster, read_promotion, shared_cluster_names
+from reconciler.desired.clusters import (
+    bad_name,
+    cluster_names,
+    load_cluster,
+    read_promotion,
+    shared_cluster_names,
+    unused_bases,
+)
 from reconciler.desired.loader import DesiredStateError, LoadedState
 from reconciler.model.bounds import human
 
@@ -38,6 +46,9 @@ def validate_clusters(directory: str, only: str | None) -> NoReturn:
         except DesiredStateError as exc:
             results[name] = exc
     if only is None:  # a name shared with a cluster not validated now is not known here
+        for base in unused_bases(Path(directory)):
+            click.echo(f"warning: bases/{ascii(base)[1:-1]}/ is in no cluster's overlay.yaml: nothing reads it",
+                       err=True)
         loaded_ok = {n: r for n, r in results.items() if isinstance(r, LoadedState)}
         for name, error in shared_cluster_names(loaded_ok):
             results[name] = DesiredStateError([error])

@@ -22,7 +22,7 @@ from reconciler.desired.overlay import Merged, merge_layers
 from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_promotion
 
 __all__ = ["PromotionRule", "cluster_names", "is_multi_cluster", "load_cluster", "load_state", "read_cluster",
-           "read_promotion"]
+           "read_promotion", "unused_bases"]
 
 _PART_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -126,6 +126,15 @@ def shared_cluster_names(loaded: dict[str, LoadedState]) -> list[tuple[str, Conf
                         f"({state.state.cluster.name!r}): Slurm's ClusterName and the reconciler's notifications "
                         "tell clusters apart by it; give each its own")))
     return out
+
+
+def unused_bases(root: Path) -> list[str]:
+    """The directories of bases/ that no cluster's overlay.yaml names (nothing reads their files)."""
+    top = root / BASES_DIR
+    if not top.is_dir():
+        return []
+    used = {base for name in cluster_names(root) if bad_name(name) is None for base in _bases(root, name, [], None)[0]}
+    return sorted(p.name for p in top.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in used)
 
 
 def read_cluster(root: Path, name: str, errors: list[ConfigError],

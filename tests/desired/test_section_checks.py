@@ -279,3 +279,16 @@ def test_a_base_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     got = validate(root)
     assert got[0] == ("clusters/a/overlay.yaml:1:9", "bases[0]", "'common\\n' is not a base name: a directory name "
                       "under bases/ (letters, digits, '_', '.', '-'; no path)"), got
+
+
+def test_a_base_no_overlay_names_is_a_warning(tmp_path: Path) -> None:
+    root = two_cluster_repo(tmp_path / "repo")
+    shutil.copytree(root / "bases" / "common", root / "bases" / "h100")
+    proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(root)], capture_output=True,
+                          text=True, timeout=120, cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["warning: bases/h100/ is in no cluster's overlay.yaml: nothing reads it"]
+    (root / "clusters" / "b" / "overlay.yaml").write_text("bases: [common, h100]\n")
+    proc = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(root)], capture_output=True,
+                          text=True, timeout=120, cwd=REPO, check=False)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
