@@ -23,7 +23,7 @@ from reconciler.model import DesiredState, NodeSelection
 from reconciler.model.kernel import sysfs_name
 
 Problem = tuple[tuple[str | int, ...], str]
-Who = Literal["all", "sudo", "munge", "ipv6"]  # the nodes a need is a need on (_needing)
+Who = Literal["all", "sudo", "munge", "ipv6", "apt", "dnf"]  # the nodes a need is a need on (_Nodes.needing)
 
 OPT_IN = "if that is meant, say so with allow_lockout: true on this entry"
 SSH = "the reconciler reaches every node over SSH"
@@ -36,7 +36,8 @@ PACKAGES: list[tuple[re.Pattern[str], str, Who]] = [
     (re.compile(r"sudo|sudo-ldap"), "sudo: the reconciler's SSH user runs every command through `sudo -n`", "sudo"),
     (re.compile(r"munge|libmunge2|munge-libs"), "munge: Slurm authenticates with it (AuthType auth/munge), and the "
      "reconciler drains, reboots and resumes nodes through Slurm", "munge"),
-    (re.compile(r"apt|dpkg|dnf|rpm|python3-dnf"), "the package manager the reconciler installs packages with", "all"),
+    (re.compile(r"apt|dpkg"), "the package manager the reconciler installs packages with", "apt"),
+    (re.compile(r"dnf|rpm|python3-dnf"), "the package manager the reconciler installs packages with", "dnf"),
     (re.compile(r"ifupdown2?|netplan\.io|network-manager|NetworkManager|iproute2?|systemd-networkd"),
      f"what brings the network up: {SSH}", "all"),
 ]
@@ -87,9 +88,12 @@ class _Nodes:
     def __init__(self, state: DesiredState) -> None:
         self.state = state
         self.specs = node_specs(state)
-        auth = str(state.cluster.slurm_conf.get("AuthType") or "auth/munge").strip().lower()
-        self.slurm = (slurm_node_set(state) | set(state.cluster.controller_names)) if auth == "auth/munge" \
-            else frozenset()
+        # slurm.conf.5: AuthType and CredType default to auth/munge and cred/munge; either one needs munge
+        conf = state.cluster.slurm_conf
+        auth = str(conf.get("AuthType") or "auth/munge").strip().lower()
+        cred = str(conf.get("CredType") or "cred/munge").strip().lower()
+        self.slurm = (slurm_node_set(state) | set(state.cluster.controller_names)) \
+            if "auth/munge" in (auth, cred.replace("cred/", "auth/")) else frozenset()
 
     def needing(self, item: NodeSelection, who: Who) -> list[str]:
         """The nodes ITEM selects on which a need of kind WHO holds."""
@@ -100,6 +104,8 @@ class _Nodes:
             return [n for n in nodes if n in self.slurm]
         if who == "ipv6":
             return [n for n in nodes if _ipv6_host(self.specs[n].host)]
+        if who in ("apt", "dnf"):  # a node whose manager is not said may be either
+            return [n for n in nodes if self.state.nodes[self.specs[n].entry].package_manager in (None, who)]
         return nodes
 
 

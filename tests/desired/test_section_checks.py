@@ -24,16 +24,24 @@ from tests.drivers.base_state import write_state
 ERROR = re.compile(r"^error: (?:\[cluster \S+\] )?(?P<where>[\w./-]+:\d+:\d+): (?P<path>\S+): (?P<msg>.*)$")
 
 
+def _state(tmp_path: Path, desired: str) -> Path:
+    """The base state plus DESIRED (files.yaml); a `cluster:` there replaces the base's."""
+    root = write_state(tmp_path / "repo", desired)
+    if desired.startswith("cluster:") or "\ncluster:" in desired:
+        (root / "cluster.yaml").unlink()
+    return root
+
+
 def errors(tmp_path: Path, desired: str) -> list[str]:
     """`FILE:LINE:COL KEY.PATH: message` of every error the load of the base state plus DESIRED raises."""
     with pytest.raises(DesiredStateError) as info:
-        load_dir(write_state(tmp_path / "repo", desired))
+        load_dir(_state(tmp_path, desired))
     return [f"{e.location} {e.key_path()}: {e.message}" if e.location else str(e) for e in info.value.errors]
 
 
 def loads(tmp_path: Path, desired: str) -> None:
     """The base state plus DESIRED loads (nothing refused)."""
-    load_dir(write_state(tmp_path / "repo", desired))
+    load_dir(_state(tmp_path, desired))
 
 
 def validate(root: Path) -> list[tuple[str, str, str]]:
@@ -150,6 +158,9 @@ def test_a_driver_reload_need_with_a_reload_that_does_nothing_is_refused(tmp_pat
     ("ifupdown", "", "cpu01,ctl,gpu[01-02]"),
     ("sudo", "ssh: {user: admin}\n", "cpu01,ctl,gpu[01-02]"),
     ("munge", "", "ctl,gpu[01-02]"),  # cpu01 is in no node set: it needs no munge
+    ("munge", "cluster:\n  name: t\n  slurm_version: '23.11'\n  controllers: [ctl]\n  slurm_conf: {GresTypes: gpu, "
+     "AuthType: auth/slurm}\n  node_sets: [{nodes: gpu01}]\n", "ctl,gpu01"),  # CredType is still cred/munge
+    ("apt", 'nodes:\n  - {name: gpu09, package_manager: dnf, roles: [compute]}\n', "cpu01,ctl,gpu[01-02]"),
 ])
 def test_removing_a_package_the_reconciler_needs_is_refused(tmp_path: Path, name: str, ssh: str, nodes: str) -> None:
     desired = f"packages:\n  - roles: [controller, compute]\n    nodes: cpu01\n    packages: {{{name}: absent}}\n"
@@ -165,14 +176,14 @@ def test_removing_a_package_the_reconciler_needs_is_refused(tmp_path: Path, name
     "packages:\n  - {roles: [compute], packages: {sudo: absent}}\n",  # the SSH user is root: no sudo
     "packages:\n  - {nodes: cpu01, packages: {munge: absent}}\n",  # not a Slurm node
     "packages:\n  - {roles: [compute], packages: {munge: absent}}\ncluster:\n  name: t\n  slurm_version: '23.11'\n"
-    "  controllers: [ctl]\n  slurm_conf: {GresTypes: gpu, AuthType: auth/slurm}\n  node_sets: [{nodes: gpu01}]\n",
+    "  controllers: [ctl]\n  slurm_conf: {GresTypes: gpu, AuthType: auth/slurm, CredType: cred/slurm}\n"
+    "  node_sets: [{nodes: gpu01}]\n",
+    'packages:\n  - {nodes: cpu09, packages: {apt: absent}}\nnodes:\n  - {name: cpu09, package_manager: dnf}\n',
+    'packages:\n  - {nodes: cpu09, packages: {rpm: absent}}\nnodes:\n  - {name: cpu09, package_manager: apt}\n',
     "packages:\n  - {roles: [compute], packages: {openssh-client: absent, python3-numpy: absent}}\n",
 ])
 def test_removing_what_the_reconciler_does_not_need_there_is_not_refused(tmp_path: Path, desired: str) -> None:
-    root = write_state(tmp_path / "repo", desired)
-    if "AuthType" in desired:  # the cluster is files.yaml's
-        (root / "cluster.yaml").unlink()
-    load_dir(root)
+    loads(tmp_path, desired)
 
 
 def test_removing_openssh_server_is_refused_by_validate_with_no_traceback(tmp_path: Path) -> None:
