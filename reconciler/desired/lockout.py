@@ -88,7 +88,7 @@ class _Nodes:
     def __init__(self, state: DesiredState) -> None:
         self.state = state
         self.specs = node_specs(state)
-        # slurm.conf.5: AuthType and CredType default to auth/munge and cred/munge; either one needs munge
+        # slurm.conf.5 (22.05, 23.11, 24.11): AuthType defaults to auth/munge, CredType to cred/munge; either needs it
         conf = state.cluster.slurm_conf
         auth = str(conf.get("AuthType") or "auth/munge").strip().lower()
         cred = str(conf.get("CredType") or "cred/munge").strip().lower()
