@@ -64,7 +64,10 @@ _DISABLE_IPV6 = re.compile(r"net\.ipv6\.conf\.[^.]+\.disable_ipv6")
 
 
 def _sysctl_loss(key: str, value: str) -> tuple[str, Who] | None:
-    """What setting KEY to VALUE loses, or None."""
+    """What setting KEY to VALUE loses, or None. The kernel's Documentation/networking/ip-sysctl.rst: arp_ignore 8
+    is "do not reply for all local addresses" (the maximum of conf/all and conf/IFACE applies); disable_ipv6 1
+    removes the interface's IPv6 addresses; admin-guide/sysctl/kernel.rst: modules_disabled "is a one-way toggle"
+    (no module loads or unloads until the next boot)."""
     if _ARP_IGNORE.fullmatch(key) and value == "8":
         return "arp_ignore 8 answers no ARP request for any local address: the node is unreachable over IPv4", "all"
     if key == "kernel.modules_disabled" and value == "1":
