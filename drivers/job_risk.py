@@ -1,16 +1,19 @@
-"""slurm.conf changes that end running jobs whatever the plan does: said in the plan, never silent.
+"""What slurm.conf changes do to running jobs, as observed on real daemons; said in the plan, never silent.
 
-Observed on real daemons (tests/params/test_observed_consequences_testbed.py, docs/slurm-parameters.md):
-changing a node's CPUs kills a job running on that node however the change is applied, at the controller's step
-(the slurmctld restart on 22.05, `scontrol reconfigure` on 24.11). That step runs before the node's drained slurmd
-restart, so draining cannot save the job: the plan names the node and its jobs instead.
+Observed on 22.05 and 24.11 (tests/params/test_job_kill_steps_testbed.py, a job on a node whose CPUs go 16 -> 32):
+slurmctld ends a running job whose node's socket/core count changed when it loads the new slurm.conf with the job
+in its state: at a slurmctld restart (both releases) and at `scontrol reconfigure` from 24.11 (it re-executes
+slurmctld; 22.05's reconfigure keeps the old count, the job lives). Its log says "Aborting JobId=N due to change in
+socket/core configuration of allocated nodes"; a requeueable batch job is requeued (it runs again from the start,
+Restarts=1), any other ends NODE_FAIL. A restart of the node's slurmd, drained or not, ends nothing (slurmstepd
+survives it). So the controller step gets the node drained and emptied first (FollowUp.protect), then resumed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.drivers.slurm_consequences import parse_slurm_conf
+from reconciler.drivers.slurm_consequences import RESTARTS_SLURMD, change_kind, parse_slurm_conf
 from reconciler.facts.models import ClusterFacts
 
 # Only CPUs was observed. The other keys define the same CPU count (CPUs = Boards x SocketsPerBoard x CoresPerSocket
@@ -18,7 +21,12 @@ from reconciler.facts.models import ClusterFacts
 # hardware definition (CURATED_NODE_RESTART_KEYS; Procs aside); RealMemory, Gres, CpuSpecList and MemSpecLimit
 # were not observed killing jobs and are left out. Lower case: slurm.conf keys are case-insensitive.
 CPU_KEYS = ("cpus", "procs", "boards", "sockets", "socketsperboard", "corespersocket", "threadspercore")
-OBSERVED = "observed on 22.05 and 24.11"
+OBSERVED = "observed on 22.05 and 24.11: tests/params/test_job_kill_steps_testbed.py"
+# A slurmd restart keeps running job steps, so a change whose only consequence is one restarts slurmd in place
+# (slurmd_only): slurmstepd "is spawned by the slurmd daemon when a job step is launched and terminates when the job
+# step does" (slurmstepd.8, 22.05), it lives as long as the step, not as slurmd (slurmd.8 says nothing of restarts).
+# Observed on 22.05 and 24.11 with a job longer than SlurmdTimeout across a SlurmdPort change applied by the product
+# (tests/params/test_job_kill_steps_testbed.py).
 
 
 def cpu_keys_changed(before: str, after: str) -> dict[str, list[str]]:
@@ -48,17 +56,37 @@ class JobKill:
     keys: list[str]
     jobs: list[str]
 
-    def warning(self, step: str) -> str:
-        """The plan's warning: the node, its jobs, the STEP that kills them and how to keep them."""
+    def warning(self, step: str, protected: bool = True) -> str:
+        """The plan's warning: the node, its jobs, the STEP that would end them and what apply does about it."""
         node, many = self.node, len(self.jobs) > 1
-        return (f"{node}: changing {_spelled(self.keys)} kills its running job{'s' if many else ''} "
-                f"{', '.join(self.jobs)} at {step} on the controller, before {node} is drained (Slurm ends "
-                f"{'them' if many else 'it'} however the change is applied: {OBSERVED}); to keep "
-                f"{'them' if many else 'it'}, drain {node} and let {'them' if many else 'it'} finish before applying")
+        them = "them" if many else "it"
+        head = (f"{node}: changing {_spelled(self.keys)} while job{'s' if many else ''} {', '.join(self.jobs)} "
+                f"run{'' if many else 's'} there: {step} would end {them} (requeued to run again from the start, "
+                f"or NODE_FAIL where it cannot be requeued; {OBSERVED})")
+        if protected:
+            return (f"{head}; apply first drains {node} and waits (at most --drain-timeout) until "
+                    f"{'they end' if many else 'it ends'}, then runs {step} and resumes {node}")
+        return f"{head}; slurmctld is not running, so nothing can drain {node} before {step}"
 
-    def reason(self, step: str) -> str:
-        """The controller STEP's reason: what it kills (reasons print under all steps: the step is named)."""
-        return f"{step} kills running jobs {', '.join(self.jobs)} on {self.node} ({_spelled(self.keys)} changed)"
+    def reason(self, step: str, protected: bool = True) -> str:
+        """The controller STEP's reason: whose jobs it would end (reasons print under all steps: it is named)."""
+        kept = f": {self.node} is drained and emptied first" if protected else ""
+        return (f"{step} would end running jobs {', '.join(self.jobs)} on {self.node} "
+                f"({_spelled(self.keys)} changed){kept}")
+
+
+def slurmd_only(before: str | None, after: str, family: str) -> bool:
+    """True when every change between two readable slurm.conf texts that restarts slurmd is a global key whose
+    only consequence is that restart (SlurmdPort): the restart can be done in place, undrained."""
+    if before is None:
+        return False
+    old, new = parse_slurm_conf(before), parse_slurm_conf(after)
+    if old.error or new.error or set(old.nodes) != set(new.nodes):
+        return False
+    changed = {k for k in old.globals.keys() | new.globals.keys() if old.globals.get(k) != new.globals.get(k)}
+    kinds = [change_kind(key, family) for key in changed]
+    return "restart_slurmd" in kinds and not any(kind in RESTARTS_SLURMD and kind != "restart_slurmd"
+                                                 for kind in kinds)
 
 
 def job_kills(before: str | None, after: str, facts: ClusterFacts) -> list[JobKill]:

@@ -7,7 +7,7 @@ import shlex
 
 from reconciler.desired.inventory import slurm_node_set, slurm_nodes
 from reconciler.drivers.base import file_change
-from reconciler.drivers.job_risk import JobKill, job_kills
+from reconciler.drivers.job_risk import JobKill, cpu_keys_changed, job_kills, slurmd_only
 from reconciler.drivers.node_state import drain_steps, responding_command
 from reconciler.drivers.slurm_consequences import (
     Consequence,
@@ -150,6 +150,8 @@ class SlurmConfigDriver:
         classified: dict[str | None, Consequence] = {}  # most nodes hold the same old file: classify it once
         configless_steps: list[FollowUp] = []
         kills: list[JobKill] = []  # the controller's own file decides what slurmctld does to running jobs
+        cpu_nodes: list[str] = []  # nodes whose CPU count changes: the controller step ends their running jobs
+        in_place: set[str] = set()  # reasons whose only consequence is a slurmd restart: it keeps the steps
         for node, path in sorted({(c.node, c.resource) for c in plan.changing() if c.driver == self.name}):
             name = path.rsplit("/", 1)[-1]
             if configless.is_client(ctx.state, node):
@@ -168,9 +170,12 @@ class SlurmConfigDriver:
                 reconfigure.append("slurm.conf changed")
             if node == ctl:
                 kills = job_kills(before, desired, ctx.facts)
+                cpu_nodes = [n for n in cpu_keys_changed(before, desired) if n in compute_set] if before else []
             if consequence.restart_slurmctld and node == ctl:
                 ctld += [r for r in consequence.reasons if r not in ctld]
             if consequence.restart_all_slurmd:
+                if slurmd_only(before, desired, family):
+                    in_place.update(consequence.reasons)
                 for other in compute:
                     slurmd.setdefault(other, []).extend(r for r in consequence.reasons
                                                         if r not in slurmd.get(other, []))
@@ -199,10 +204,13 @@ class SlurmConfigDriver:
                 steps.append(reconfigure_step(ctx, self.phase, reconfigure[0] + AFTER_RESTART))
         elif reconfigure:
             steps.append(reconfigure_step(ctx, self.phase, reconfigure[0]))
-        if kills and steps:  # the controller step kills them, before any drain: said, never silent
+        if cpu_nodes and steps:  # the controller step ends their jobs: drained and emptied before it, said
             when = f"the slurmctld {'start' if ctl_down else 'restart'}" if ctld else f"`{RECONFIGURE}`"
-            plan.warnings += [k.warning(when) for k in kills if k.warning(when) not in plan.warnings]
-            steps[0].reasons += [k.reason(when) for k in kills]
+            if not ctl_down:  # a stopped slurmctld cannot drain: nothing keeps them
+                steps[0].protect = {n: drain_steps(ctl, n) for n in cpu_nodes}
+            said = [k.warning(when, protected=not ctl_down) for k in kills]
+            plan.warnings += [w for w in said if w not in plan.warnings]
+            steps[0].reasons += [k.reason(when, protected=not ctl_down) for k in kills]
         for node in compute:
             unit = ctx.facts.nodes[node].services.get("slurmd")
             down = unit is not None and not unit.running
@@ -210,8 +218,9 @@ class SlurmConfigDriver:
                 slurmd.setdefault(node, []).append(f"slurmd is not running on {node}")
             if node not in slurmd:
                 continue
+            keeps = not down and all(r in in_place for r in slurmd[node])  # restarted in place, not drained
             step = service(node, "start" if down else "restart", "slurmd", self.phase, slurmd[node][0],
-                           order=ORDER_COMPUTE, rolling=True, drain=drain_steps(ctl, node),
+                           order=ORDER_COMPUTE, rolling=True, drain=None if keeps else drain_steps(ctl, node),
                            ready=responding_command(node), ready_on=ctl,
                            jobs=[job.job_id for job in ctx.facts.jobs_on(node)])
             step.reasons = slurmd[node]

@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from reconciler.engine.context import Context
-from reconciler.engine.followups import FollowUp, waves
+from reconciler.engine.drain import NodeDrain, wait_until
+from reconciler.engine.followups import DrainSteps, FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.owed_ledger import OwedLedger
 from reconciler.engine.plan import NEEDS_TEXT, Change, Plan
@@ -212,14 +213,77 @@ class Applier:
         return control_command(manager, kind, step.target), f"{kind} {step.label or step.target}"
 
     def _followup(self, step: FollowUp) -> bool:
-        """Run one step and wait until its service answers again."""
-        cmd, label = self._action(step)
-        if not self._step(step.host, step.node, cmd, label):
+        """Run one step and wait until its service answers again; where it would end the jobs of other nodes
+        (`protect`), those nodes are drained and emptied first and resumed after it."""
+        kept = self._protect(step) if step.protect else []
+        if kept is None:
             return False
-        if step.ready and not self._ready(step, label):
-            return False
-        self.done.add(step.key)
-        return True
+        try:
+            cmd, label = self._action(step)
+            if not self._step(step.host, step.node, cmd, label):
+                return False
+            if step.ready and not self._ready(step, label):
+                return False
+            self.done.add(step.key)
+            return True
+        finally:
+            self._resume_all(kept)
+
+    def _drainer(self, node: str, steps: DrainSteps) -> NodeDrain:
+        return NodeDrain(node, steps, self._run_on, self.options.poll_interval, self.options.should_stop)
+
+    def _protect(self, step: FollowUp) -> list[NodeDrain] | None:
+        """Before a step that would end the jobs running on the nodes of `step.protect`: drain those that run
+        jobs now and wait until they have none, then drain the others too (a job that started there meanwhile is
+        waited for as well), all within drain_timeout. A node someone else drained is waited for, never
+        resumed. Returns the drains made here (the caller resumes them after the step); None when the step must
+        not run (its nodes resumed, the step left owed)."""
+        nodes = [self._drainer(node, steps) for node, steps in sorted(step.protect.items())]
+        deadline = time.monotonic() + self.options.drain_timeout
+        mine: list[NodeDrain] = []
+        busy = [n for n in nodes if n.jobs() != 0]
+        for group in (busy, [n for n in nodes if n not in busy]):
+            for node in group:
+                if not node.drained():
+                    if not self._step(node.steps.run_on, node.node, node.steps.drain, f"drain {node.node}"):
+                        self._resume_all(mine)
+                        return None
+                    mine.append(node)
+            left = [n for n in group if n.jobs() != 0]
+            if left:
+                self.log(f"{', '.join(n.node for n in left)}: waiting for running jobs to finish before: "
+                         f"{step.title()} on {step.node} (it would end them)")
+            if not all(n.wait_jobs(max(0.0, deadline - time.monotonic())) for n in left):
+                if self.options.should_stop():
+                    self.result.stopped = f"stop requested while waiting for jobs before {step.title()}"
+                else:
+                    running = [n.node for n in left if n.jobs() != 0]
+                    self.result.fail(step.node, f"jobs still running on {', '.join(running)} after "
+                                                f"{self.options.drain_timeout:.0f}s; not done: {step.title()} "
+                                                "(it would end them); left for the next apply")
+                self._resume_all(mine)
+                return None
+        return mine
+
+    def _resume_all(self, mine: list[NodeDrain]) -> None:
+        for node in mine:
+            self._resume(node)
+
+    def _resume(self, node: NodeDrain) -> None:
+        """Resume a drain made here. Right after a controller restart the node is not registered yet and Slurm
+        refuses the resume (22.05: "Invalid node state specified", yet clears the drain): tried again until it
+        works or the node is no longer drained, within responding_timeout."""
+        said = {"why": ""}
+
+        def resumed() -> bool:
+            said["why"] = node.resume() or ""
+            return not said["why"] or not node.drained()
+        label = f"resume {node.node}"
+        if wait_until(resumed, self.options.responding_timeout, poll=self.options.poll_interval):
+            self.result.steps.append(f"{node.steps.run_on}: {label}")
+            self.log(f"{node.steps.run_on}: {label}")
+        else:
+            self.result.fail(node.node, f"{label}: {said['why']}")
 
     def _ready(self, step: FollowUp, label: str) -> bool:
         """Wait until the step's service answers (`ready`), or until `gone` says it never will; a failure
@@ -234,7 +298,7 @@ class Applier:
                 said["gone"] = self._run_on(ready_on, step.gone)[0]
             return ok
 
-        if self._wait(ready, self.options.responding_timeout, give_up=lambda: bool(said["gone"])):
+        if wait_until(ready, self.options.responding_timeout, lambda: bool(said["gone"]), self.options.poll_interval):
             return True
         waited = ("stopped (its service manager gave it up)" if said["gone"]
                   else f"not ready after {self.options.responding_timeout:.0f}s")
@@ -244,29 +308,24 @@ class Applier:
     def _rolling(self, step: FollowUp) -> None:
         """Drain first when jobs run (unless someone drained the node already), wait them out, run the step,
         resume what we drained."""
-        drain = step.drain
         drained_by_us = False
-        if drain is not None:
-            def jobs() -> int:
-                ok, out = self._run_on(drain.run_on, drain.jobs)
-                return len([line for line in out.splitlines() if line.strip()]) if ok else 1
-
-            if jobs() or step.jobs:
-                if not self._run_on(drain.run_on, drain.drained)[0]:
-                    if not self._step(drain.run_on, step.node, drain.drain, f"drain {step.node}"):
-                        return
-                    drained_by_us = True
-                self.log(f"{step.node}: waiting for running jobs to finish before: {step.title()}")
-                if not self._wait(lambda: jobs() == 0, self.options.drain_timeout, stoppable=True):
-                    if self.options.should_stop():
-                        self.result.stopped = (f"stop requested while waiting for jobs on {step.node} "
-                                               "(node left drained)")
-                        return
-                    self.result.fail(step.node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
-                                                f"not done: {step.title()} (node left drained)")
+        node = self._drainer(step.node, step.drain) if step.drain is not None else None
+        if node is not None and (node.jobs() or step.jobs):
+            if not node.drained():
+                if not self._step(node.steps.run_on, step.node, node.steps.drain, f"drain {step.node}"):
                     return
-        if self._followup(step) and drained_by_us and drain is not None:
-            self._step(drain.run_on, step.node, drain.resume, f"resume {step.node}")
+                drained_by_us = True
+            self.log(f"{step.node}: waiting for running jobs to finish before: {step.title()}")
+            if not node.wait_jobs(self.options.drain_timeout):
+                if self.options.should_stop():
+                    self.result.stopped = (f"stop requested while waiting for jobs on {step.node} "
+                                           "(node left drained)")
+                    return
+                self.result.fail(step.node, f"jobs still running after {self.options.drain_timeout:.0f}s; "
+                                            f"not done: {step.title()} (node left drained)")
+                return
+        if self._followup(step) and drained_by_us and node is not None:
+            self._resume(node)
 
     def _step(self, host: str, node: str, command: str, label: str) -> bool:
         ok = self._command(host, node, RunCommand(command=command, description=label))
@@ -274,17 +333,6 @@ class Applier:
             self.result.steps.append(f"{host}: {label}")
             self.log(f"{host}: {label}")
         return ok
-
-    def _wait(self, condition: Callable[[], bool], timeout: float, stoppable: bool = False,
-              give_up: Callable[[], bool] = lambda: False) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            if (stoppable and self.options.should_stop()) or give_up():
-                return False
-            time.sleep(self.options.poll_interval)
-        return condition()
 
 
 def held_reason(change: Change) -> str:

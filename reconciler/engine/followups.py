@@ -38,6 +38,7 @@ class DrainSteps(BaseModel):
     drained: str = Field(description="Exits 0 when the node is already drained (by anyone)")
     drain: str = Field(description="Drains the node")
     resume: str = Field(description="Resumes the node (only run when `drain` was run by us)")
+    ours: str | None = Field(default=None, description="Exits 0 when the node is drained with `drain`'s reason")
 
 
 class FollowUp(BaseModel):
@@ -52,6 +53,8 @@ class FollowUp(BaseModel):
     label: str | None = Field(default=None, description="What the report calls it (default: the target)")
     rolling: bool = Field(default=False, description="A batch of nodes at a time (--max-unavailable)")
     drain: DrainSteps | None = Field(default=None, description="Drain first when jobs run (rolling only)")
+    protect: dict[str, DrainSteps] = Field(default_factory=dict, description="Nodes whose running jobs this step "
+                                           "would end: drained and waited empty (bounded) before it, resumed after")
     ready: str | None = Field(default=None, description="Exits 0 once the service answers again")
     ready_on: str | None = Field(default=None, description="Node whose shell runs `ready` (default: run_on/node)")
     gone: str | None = Field(default=None, description="Exits 0 when the service stopped for good: stop waiting "
@@ -111,6 +114,7 @@ def merge(followups: Iterable[FollowUp]) -> list[FollowUp]:
         have.order = min(have.order, item.order)
         have.rolling |= item.rolling
         have.drain = have.drain or item.drain
+        have.protect = {**item.protect, **have.protect}
         have.ready = have.ready or item.ready
         have.ready_on = have.ready_on or item.ready_on
         have.gone = have.gone or item.gone
@@ -156,7 +160,8 @@ def describe(followups: Sequence[FollowUp]) -> list[str]:
         verb = {"command": f"runs `{what}`", "reload": f"reloads {what}", "restart": f"restarts {what}",
                 "start": f"starts {what}"}[kind]
         text = f"{verb} on {nodes_phrase(nodes)}"
-        busy = {f.node: f.jobs for f in items if f.jobs}
+        busy = {f.node: f.jobs for f in items if f.jobs and f.drain is not None}
+        staying = sorted({f.node for f in items if f.jobs and f.drain is None}, key=node_key)
         if busy:
             drained = sorted(busy, key=node_key)
             jobs = sorted({j for js in busy.values() for j in js}, key=_job_key)
@@ -164,6 +169,13 @@ def describe(followups: Sequence[FollowUp]) -> list[str]:
             have = "has" if len(drained) == 1 else "have"
             text += (f"; {len(drained):,} {have} running jobs and will be drained first: "
                      f"{cap_nodeset(fold_names(drained), SHORT_CAP)} (jobs {shown})")
+        if staying:
+            text += (f"; in place on {cap_nodeset(fold_names(staying), SHORT_CAP)}, not drained: "
+                     "their running jobs keep running")
+        kept = sorted({node for f in items for node in f.protect}, key=node_key)
+        if kept:
+            text += (f"; first drains {cap_nodeset(fold_names(kept), SHORT_CAP)} and waits (at most --drain-timeout) "
+                     "until no job runs there, since the step would end those jobs; resumes them after it")
         out.append(text)
     return out
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from reconciler.engine.followups import DrainSteps
+
 
 class RebootSteps(BaseModel):
     """Shell commands taking one node out, rebooting it and bringing it back (on `run_on` unless said)."""
@@ -20,6 +22,11 @@ class RebootSteps(BaseModel):
     boot_id: str = Field(description="Run ON THE NODE: prints its boot id (a new one after each boot)")
     registered: str = Field(description="Exits 0 once the node's daemon registered again after the reboot")
     resume: str = Field(description="Resumes the node (run only when `ours` holds)")
+
+    def drain_steps(self) -> DrainSteps:
+        """The drain, jobs and resume of these steps, for the one drain-and-wait (engine/drain.py)."""
+        return DrainSteps(run_on=self.run_on, jobs=self.jobs, drained=self.drained, drain=self.drain,
+                          resume=self.resume, ours=self.ours)
 
 
 class ReloadSteps(BaseModel):

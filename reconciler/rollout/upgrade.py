@@ -25,6 +25,7 @@ from typing import Any
 
 from reconciler.common.failpoints import failpoint
 from reconciler.desired.inventory import NodeSpec
+from reconciler.engine.drain import NodeDrain, wait_until
 from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade
@@ -149,13 +150,16 @@ class UpgradeMachine:
         return out
 
     def _wait(self, done: Callable[[], bool], seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while True:
-            if done():
-                return True
-            if time.monotonic() >= deadline or self.should_stop():
-                return False
-            time.sleep(self.poll)
+        return wait_until(done, seconds, self.should_stop, self.poll)
+
+    def _drainer(self, node: str) -> NodeDrain:
+        """NODE's drain, jobs and resume (engine/drain.py: the one drain-and-wait, the apply's too)."""
+        return NodeDrain(node, self.hooks.steps(node).drain_steps(), self._sh, self.poll, self.should_stop)
+
+    def _drain(self, drain: NodeDrain, what: str) -> None:
+        why = drain.drain()
+        if why is not None:
+            raise NodeFailed(f"{what}: {why}")
 
     def _boot_id(self, node: str) -> str | None:
         result = self.transport.run(self.specs[node], self.hooks.steps(node).boot_id, timeout=30)
@@ -228,9 +232,7 @@ class UpgradeMachine:
     def _idle_first(self, nodes: list[str]) -> list[str]:
         """Idle nodes first: busy ones have longer to finish their jobs before their turn."""
         def busy(node: str) -> bool:
-            steps = self.hooks.steps(node)
-            ok, out = self._sh(steps.run_on, steps.jobs)
-            return not ok or bool(out.strip())
+            return self._drainer(node).jobs() != 0
         flags = {n: busy(n) for n in nodes}
         return [n for n in nodes if not flags[n]] + [n for n in nodes if flags[n]]
 
@@ -245,7 +247,7 @@ class UpgradeMachine:
 
     def _advance(self, node: str) -> None:
         steps = self.hooks.steps(node)
-        ctl = steps.run_on
+        drain = self._drainer(node)
         while not self.should_stop():
             state = self.nodes[node]["state"]
             if state in FINAL or state == "rolling-back":
@@ -253,14 +255,14 @@ class UpgradeMachine:
             if state == "upgrade-required":
                 self._set(node, "draining")
             elif state == "draining":
-                if not self._sh(ctl, steps.ours)[0]:
-                    if self._sh(ctl, steps.drained)[0]:  # an admin's drain: not ours to lift, so not ours to use
+                if not drain.ours():
+                    if drain.drained():  # an admin's drain: not ours to lift, so not ours to use
                         self._set(node, "upgrade-required", reason="drained by someone else: not upgraded")
                         return
-                    self._must(ctl, steps.drain, "drain")
+                    self._drain(drain, "drain")
                 self._set(node, "waiting-for-jobs")
             elif state == "waiting-for-jobs":
-                self._wait_jobs(node, steps)
+                self._wait_jobs(node)
                 self._set(node, "applying")
             elif state == "applying":
                 self._apply(node)
@@ -279,16 +281,12 @@ class UpgradeMachine:
                 self._validate(node, steps)
                 return
 
-    def _wait_jobs(self, node: str, steps: RebootSteps) -> None:
+    def _wait_jobs(self, node: str) -> None:
         """Bounded by drain_timeout: the node's jobs end on their own (none is killed)."""
-        def none_left() -> bool:
-            ok, out = self._sh(steps.run_on, steps.jobs)
-            count = len([line for line in out.splitlines() if line.strip()]) if ok else -1
+        def seen(count: int) -> None:
             if count != self.nodes[node].get("jobs"):
                 self._note(node, jobs=count)
-            return count == 0
-        limit = parse_duration(self.config.drain_timeout)
-        if not self._wait(none_left, limit):
+        if not self._drainer(node).wait_jobs(parse_duration(self.config.drain_timeout), seen):
             if self.should_stop():
                 return
             raise NodeFailed(f"jobs still running after drain_timeout {self.config.drain_timeout}")
@@ -341,11 +339,12 @@ class UpgradeMachine:
         """Slurm 22.05 may bring a node back from a slow reboot IDLE, its drain gone (seen on the testbed after
         83 s): drain it again and let what landed on it end, so the gates see a drained node and the resume stays
         ours."""
-        if self._sh(steps.run_on, steps.drained)[0]:  # ours still, or an admin's (never lifted by us)
+        drain = self._drainer(node)
+        if drain.drained():  # ours still, or an admin's (never lifted by us)
             return
-        self._must(steps.run_on, steps.drain, "drain again after the reboot")
+        self._drain(drain, "drain again after the reboot")
         self.log(f"upgrade: {node}: back from the reboot without its drain: drained again")
-        self._wait_jobs(node, steps)
+        self._wait_jobs(node)
 
     def _validate(self, node: str, steps: RebootSteps) -> None:
         """What a boot lost put back (mounts), the gates while drained; resume (only our own drain: once); the
@@ -353,8 +352,11 @@ class UpgradeMachine:
         why = self.hooks.converge(node) or self.hooks.validate(node)
         if why:
             raise NodeFailed(why)
-        if self._sh(steps.run_on, steps.ours)[0]:
-            self._must(steps.run_on, steps.resume, "resume")
+        drain = self._drainer(node)
+        if drain.ours():
+            why = drain.resume()
+            if why is not None:
+                raise NodeFailed(f"resume: {why}")
             self.log(f"upgrade: {node}: resumed")
         why = self.hooks.after_resume(node)
         if why:
@@ -396,9 +398,10 @@ class UpgradeMachine:
                 self._set(node, "rolling-back", boot_id=None)
             if self.nodes[node].get("boot_id") is None:
                 # a node that passed was resumed and may run jobs again: out of scheduling and idle first
-                if not self._sh(steps.run_on, steps.drained)[0]:
-                    self._must(steps.run_on, steps.drain, "drain")
-                self._wait_jobs(node, steps)
+                drain = self._drainer(node)
+                if not drain.drained():
+                    self._drain(drain, "drain")
+                self._wait_jobs(node)
                 if self.should_stop():
                     raise NodeFailed("stopped while waiting for its jobs (the rollback goes on at the next start)")
                 for command in work.get("undo") or []:
@@ -425,7 +428,8 @@ class UpgradeMachine:
                 self._sh(steps.run_on, self.hooks.fail(node, reason))
             self._set(node, "rolled-back", reason=reason)
         else:
-            if self._sh(steps.run_on, steps.ours)[0]:
-                self._sh(steps.run_on, steps.resume)
+            drain = self._drainer(node)
+            if drain.ours():
+                drain.resume()
             self._set(node, "rolled-back", reason="rolled back with the rollout")
         return None

@@ -1,7 +1,8 @@
-"""A node's CPUs changing while jobs run on it: the plan says which jobs the controller step kills.
+"""A node's CPUs changing while jobs run on it: the plan says which jobs the controller step would end, and the
+controller step drains and empties the nodes first (FollowUp.protect).
 
-Observed on real daemons (tests/params/test_observed_consequences_testbed.py): such a job dies at the slurmctld
-restart (22.05) or `scontrol reconfigure` (24.11), before the node's drained slurmd restart. Planned on synthetic
+Observed on real daemons (tests/params/test_job_kill_steps_testbed.py): such a job is ended at the slurmctld
+restart (22.05, 24.11) or `scontrol reconfigure` (24.11), not at the node's slurmd restart. Planned on synthetic
 facts of a converged 8-node cluster (no SSH: the planner only reads facts).
 """
 
@@ -17,7 +18,7 @@ from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.job_risk import cpu_keys_changed
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_CONTROLLER, ORDER_RECONFIGURE
+from reconciler.engine.followups import ORDER_CONTROLLER, ORDER_SERVICE, FollowUp
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
@@ -54,44 +55,51 @@ def planned(tmp_path: Path, family: str, edit: str, jobs: list[JobFact]) -> Plan
 
 def kills(plan: Plan) -> list[str]:
     """The plan's warnings about killed jobs (bench's state carries a risk warning of its own)."""
-    return [w for w in plan.warnings if " kills " in w]
+    return [w for w in plan.warnings if " would end " in w]
 
 
-def controller_step(plan: Plan) -> list[str]:
-    """The reasons of the controller's slurmctld restart or reconfigure."""
-    steps = [f for f in plan.followups if f.node == "login01" and f.order in (ORDER_CONTROLLER, ORDER_RECONFIGURE)]
-    assert steps and len(steps) <= 2, plan.followups  # a slurmctld restart may be followed by a reconfigure
-    return steps[0].reasons
+def controller_step(plan: Plan) -> FollowUp:
+    """The controller's slurmctld restart or reconfigure (a reconfigure after a restart aside)."""
+    steps = [f for f in plan.followups if f.node == "login01" and ORDER_CONTROLLER <= f.order < ORDER_SERVICE]
+    assert steps, plan.followups
+    return steps[0]
 
 
 @pytest.mark.parametrize(("family", "step"), [("22.05", "the slurmctld restart"), ("24.11", "`scontrol reconfigure`")])
-def test_changing_a_busy_nodes_cpus_names_the_jobs_the_controller_step_kills(tmp_path: Path, family: str,
-                                                                           step: str) -> None:
+def test_changing_a_busy_nodes_cpus_drains_and_empties_it_before_the_controller_step(tmp_path: Path, family: str,
+                                                                                      step: str) -> None:
     plan = planned(tmp_path, family, "cpus", JOBS)
-    warning = (f"gpu00001: changing CPUs kills its running jobs 41, 42 at {step} on the controller, before gpu00001 "
-               "is drained (Slurm ends them however the change is applied: observed on 22.05 and 24.11); to keep "
-               "them, drain gpu00001 and let them finish before applying")
+    warning = (f"gpu00001: changing CPUs while jobs 41, 42 run there: {step} would end them (requeued to run again "
+               "from the start, or NODE_FAIL where it cannot be requeued; observed on 22.05 and 24.11: "
+               "tests/params/test_job_kill_steps_testbed.py); apply first drains gpu00001 and waits (at most "
+               f"--drain-timeout) until they end, then runs {step} and resumes gpu00001")
     assert kills(plan) == [warning]  # gpu00003's definition does not change: its jobs are not named
-    reason = f"{step} kills running jobs 41, 42 on gpu00001 (CPUs changed)"
-    assert reason in controller_step(plan)
+    reason = f"{step} would end running jobs 41, 42 on gpu00001 (CPUs changed): gpu00001 is drained and emptied first"
+    controller = controller_step(plan)
+    assert reason in controller.reasons
+    # both nodes of the set change: both drained around the step (the idle one too: a job could start there)
+    assert sorted(controller.protect) == ["gpu00001", "gpu00002"]
+    assert "rolling restart of slurmd" in controller.protect["gpu00001"].drain  # the reason node_state resumes
     text = render_text(plan)  # what `plan` prints, and `apply` before it asks
     assert f"warning: {warning}" in text
     assert f"    ({reason})" in text
+    assert "first drains gpu[00001-00002] and waits (at most --drain-timeout)" in text
     assert f"- {warning}" in render_markdown(plan)
     comment = render_pr_comment(PrPlan(number=1, head_sha="c" * 40, head_ref="cpus", subdir="desired-state",
                                        status="ok", main_plan=Plan(source="s"), plan=plan))
-    assert "kills its running jobs 41, 42" in comment and reason in comment
-    # the drained slurmd restart of the node stays (ordering unchanged)
+    assert "would end them" in comment and reason in comment
+    # the node's own slurmd restart stays drained (a hardware definition change, not slurmd-only)
     assert any(f.node == "gpu00001" and f.target == "slurmd" and f.drain for f in plan.followups)
 
 
 def test_sockets_count_as_cpus_and_an_idle_node_or_memory_change_warns_nothing(tmp_path: Path) -> None:
     sockets = planned(tmp_path / "s", "24.11", "sockets", JOBS)
-    assert len(kills(sockets)) == 1 and "changing Sockets, CoresPerSocket kills" in kills(sockets)[0]
+    assert len(kills(sockets)) == 1 and "changing Sockets, CoresPerSocket while" in kills(sockets)[0]
     idle = planned(tmp_path / "i", "24.11", "cpus", [JobFact(job_id="43", state="RUNNING", nodes=["gpu00003"])])
-    assert kills(idle) == [] and not any("kills" in r for r in controller_step(idle))
+    assert kills(idle) == [] and not any("would end" in r for r in controller_step(idle).reasons)
+    assert sorted(controller_step(idle).protect) == ["gpu00001", "gpu00002"]  # idle now, maybe not at apply
     memory = planned(tmp_path / "m", "22.05", "memory", JOBS)
-    assert kills(memory) == []
+    assert kills(memory) == [] and not any(f.protect for f in memory.followups)
 
 
 def test_cpu_keys_are_compared_case_insensitively_and_procs_is_cpus() -> None:

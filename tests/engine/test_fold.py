@@ -14,6 +14,7 @@ from reconciler.common import hostlist
 from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.base import HEADER_MARK, unified_diff
+from reconciler.drivers.node_state import drain_steps
 from reconciler.engine import fold
 from reconciler.engine.context import Context
 from reconciler.engine.fold import cap_nodeset, fold_changes, fold_mentions, fold_reasons_by_node, node_key
@@ -141,7 +142,7 @@ def test_slurm_consequences_fold_node_sets_and_cap_them() -> None:
     jobs = {n: [str(100 + i)] for i, n in enumerate(drained)}
     plan = Plan(source="s", followups=merge([
         service(n, "restart", "slurmd", 30, f"gres.conf changed on {n}: slurmd must restart", rolling=True,
-                jobs=jobs.get(n, [])) for n in nodes] + [command("ctl", "true", 30, "slurmctld is not running")]))
+                drain=drain_steps("ctl", n), jobs=jobs.get(n, [])) for n in nodes] + [command("ctl", "true", 30, "slurmctld is not running")]))
     [_, sentence] = plan.consequences()
     assert sentence.startswith("restarts slurmd on dgx[0001-1024] (1,024 nodes); 38 have running jobs and will be "
                                "drained first: dgx[0003,0030,")

@@ -6,6 +6,7 @@ from reconciler.engine.followups import (
     ORDER_COMPUTE,
     ORDER_CONTROLLER,
     ORDER_MUNGE,
+    DrainSteps,
     carried,
     command,
     followup_key,
@@ -13,6 +14,8 @@ from reconciler.engine.followups import (
     service,
     waves,
 )
+
+DRAIN = DrainSteps(run_on="ctl", jobs="squeue", drained="false", drain="drain", resume="resume")
 
 
 def test_the_same_step_asked_twice_runs_once_with_both_reasons_after_the_later_phase() -> None:
@@ -52,12 +55,23 @@ def test_waves_run_munge_before_the_controller_before_compute_nodes() -> None:
 
 def test_describe_folds_nodes_and_names_jobs_to_drain() -> None:
     steps = merge([service(f"gpu{i:02d}", "restart", "slurmd", 30, "plugstack changed", rolling=True,
-                           jobs=["17"] if i == 3 else []) for i in range(1, 9)]
+                           drain=DRAIN, jobs=["17"] if i == 3 else []) for i in range(1, 9)]
                   + [command(f"gpu{i:02d}", "sysctl --system", 20, "sysctl") for i in range(1, 9)])
     from reconciler.engine.followups import describe
     assert describe(steps) == [
         "runs `sysctl --system` on gpu[01-08] (8 nodes)",
         "restarts slurmd on gpu[01-08] (8 nodes); 1 has running jobs and will be drained first: gpu03 (jobs 17)"]
+
+
+def test_describe_says_a_step_without_a_drain_keeps_the_jobs_and_names_the_nodes_a_step_protects() -> None:
+    from reconciler.engine.followups import describe
+    restart = service("gpu03", "restart", "slurmd", 30, "SlurmdPort changed", rolling=True, jobs=["17"])
+    ctld = service("ctl", "restart", "slurmctld", 30, "node CPUs changed", order=ORDER_CONTROLLER)
+    ctld.protect = {"gpu01": DRAIN, "gpu02": DRAIN}
+    assert describe(merge([restart, ctld])) == [
+        "restarts slurmctld on ctl; first drains gpu[01-02] and waits (at most --drain-timeout) until no job runs "
+        "there, since the step would end those jobs; resumes them after it",
+        "restarts slurmd on gpu03; in place on gpu03, not drained: their running jobs keep running"]
 
 
 def test_steps_left_undone_are_carried_to_reachable_nodes_only() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from reconciler.drivers.node_state import drain_steps
 from reconciler.engine.followups import service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.report import MARKER
@@ -262,7 +263,8 @@ def test_thousands_of_changes_keep_summary_and_consequences_under_the_limit() ->
                       summary="update /etc/slurm/slurm.conf", diff=f"-MaxTime=1\n+MaxTime={i}\n") for i in range(5000)]
     plan = Plan(source="s", changes=changes,
                 followups=[service(c.node, "restart", "slurmd", 30, "slurm.conf changed", rolling=True,
-                                   jobs=["99"] if c.node == "gpu00001" else []) for c in changes])
+                                   drain=drain_steps("ctl", c.node), jobs=["99"] if c.node == "gpu00001" else [])
+                           for c in changes])
     report = PrPlan(number=3, head_sha="a" * 40, head_ref="big", subdir=SUBDIR, status="ok",
                     main_plan=Plan(source="s"), plan=plan, fetch_ref="refs/pull/3/head")
     body = render_pr_comment(report, limit=65_535)

@@ -97,19 +97,32 @@ def test_hand_edit_on_one_node_is_drift_on_that_node_only(ctx: Context) -> None:
     assert [(f.node, f.kind, f.target) for f in plan.followups] == [("login01", "command", "scontrol reconfigure")]
 
 
-def test_port_change_restarts_and_drains_nodes_with_jobs(ctx: Context) -> None:
-    """SlurmdPort: reconfigure, then every slurmd restarts; slurmctld does not (observed on 22.05 and 24.11)."""
+def test_port_change_restarts_every_slurmd_in_place_without_draining(ctx: Context) -> None:
+    """SlurmdPort: reconfigure, then every slurmd restarts; slurmctld does not (observed on 22.05 and 24.11). The
+    restart keeps running job steps (slurmstepd outlives slurmd: tests/params/test_job_kill_steps_testbed.py),
+    so no node is drained for it (issue 43 item 2)."""
     ctx.state.cluster.slurm_conf.SlurmdPort = 6999
     ctx.facts.jobs = [JobFact(job_id="1234", state="RUNNING", nodes=["dgx02", "dgx03"])]
     plan = make_plan(ctx, all_drivers())
     steps = {(f.node, f.kind, f.target): f for f in plan.followups}
     assert list(steps) == [("login01", "command", "scontrol reconfigure"), *[(n, "restart", "slurmd") for n in
                                                                    ("dgx01", "dgx02", "dgx03", "dgx04")]]
-    assert {n for (n, _, t), f in steps.items() if t == "slurmd" and f.rolling and f.drain} == {
-        "dgx01", "dgx02", "dgx03", "dgx04"}
-    assert {n: f.jobs for (n, _, _), f in steps.items() if f.jobs} == {"dgx02": ["1234"], "dgx03": ["1234"]}
-    assert ("restarts slurmd on dgx[01-04] (4 nodes); 2 have running jobs and will be drained first: dgx[02-03] "
-            "(jobs 1234)") in plan.consequences()
+    slurmd = [f for (_, _, t), f in steps.items() if t == "slurmd"]
+    assert all(f.rolling and f.drain is None for f in slurmd)
+    text = " ".join(plan.consequences())
+    assert "will be drained" not in text
+    assert "restarts slurmd on dgx[01-04] (4 nodes); in place on dgx[02-03], not drained: their running jobs keep " \
+           "running" in text
+
+
+def test_a_slurmd_restart_for_a_key_that_also_restarts_slurmctld_still_drains(ctx: Context) -> None:
+    """SlurmdSpoolDir restarts both daemons (its steps' sockets live there): not a slurmd-only change, the busy
+    node is drained first."""
+    ctx.state.cluster.slurm_conf.SlurmdSpoolDir = "/var/spool/slurmd2"
+    ctx.facts.jobs = [JobFact(job_id="1234", state="RUNNING", nodes=["dgx02"])]
+    plan = make_plan(ctx, all_drivers())
+    slurmd = [f for f in plan.followups if f.target == "slurmd"]
+    assert slurmd and all(f.drain is not None for f in slurmd)
 
 
 @pytest.mark.parametrize(("family", "restart"), [("22.05", True), ("23.02", True), ("23.11", False), ("24.11", False)])
