@@ -46,10 +46,11 @@ class OwedFile(BaseModel):
 
 
 def touched(step: FollowUp) -> set[str]:
-    """Every node whose shell a step uses: its node and host, the drain's and the readiness check's."""
+    """Every node whose shell a step uses: its node and host, the drains' and the readiness check's."""
     nodes = {step.node, step.host}
     if step.drain is not None:
         nodes.add(step.drain.run_on)
+    nodes.update(drain.run_on for drain in step.protect.values())
     if step.ready:
         nodes.add(step.ready_on or step.host)
     return nodes

@@ -103,6 +103,16 @@ def test_a_compute_nodes_marker_cannot_run_a_command_on_the_controller(ctx: Cont
                            "itself: the steps it holds are not run; remove the file once they are done by hand"]
 
 
+def test_a_compute_nodes_marker_cannot_have_the_controller_drain_through_protect(ctx: Context) -> None:
+    """`protect` runs its drain commands on the controller: a compute node's marker naming it is refused too."""
+    ctl, gpu = ctx.controller, sorted(n for n in ctx.facts.nodes if n != ctx.controller)[0]
+    hostile = command(gpu, "true", 30, "x")
+    hostile.protect = {gpu: drain_steps(ctl, gpu)}
+    ctx.facts.nodes[gpu].files[OWED_PATH] = marker(hostile)
+    plan = make_plan(ctx, all_drivers())
+    assert plan.followups == [] and f"names {ctl}" in " ".join(plan.errors)
+
+
 @pytest.mark.parametrize(("content", "says"), [
     ('{"owed": [\n  {"step": ', f"{OWED_PATH}:2: not JSON (Expecting value)"),
     ('{"owed": [{"step": {"node": "x"}, "since": "t", "by": "b"}]}', f"{OWED_PATH}: owed.0.step.kind: Field required"),
