@@ -133,8 +133,10 @@ def test_apply_keeps_a_job_through_a_cpu_change_and_restarts_slurmd_in_place_for
     assert first.returncode == 0, first.stdout + first.stderr
     bed.wait_idle()
 
-    # Item 1: CPUs 16 -> 32 while a 20 s job runs on gpu01 (a requeueable one: the default).
+    # Item 1: CPUs 16 -> 32 while a 20 s job runs on gpu01 (a requeueable one: the default); gpu02 drained by a
+    # human (or NHC) beforehand: waited for, never resumed by the apply.
     job_id = job(bed, 20)
+    sh(bed, "ctl", "scontrol update nodename=gpu02 state=drain reason='nhc: bad dimm'")
     cluster.write_text(text.replace("CPUs: 16", "CPUs: 32"))
     plan = cli("plan", str(desired))
     step = "the slurmctld restart" if bed.slurm == "22.05" else "`scontrol reconfigure`"
@@ -154,7 +156,11 @@ def test_apply_keeps_a_job_through_a_cpu_change_and_restarts_slurmd_in_place_for
     assert fate(bed, job_id) == ("COMPLETED", 0), (fate(bed, job_id), log)  # ended on its own, never requeued
     assert time.monotonic() - began < 120
     assert "CPUTot=32" in sh(bed, "ctl", "scontrol show node gpu01")[1]
-    assert healthy(bed, bed.computes) is None  # resumed: nothing left drained
+    assert "resume gpu02" not in log
+    human = sh(bed, "ctl", "scontrol show node -o gpu02")[1]
+    assert "DRAIN" in human and "Reason=nhc: bad dimm" in human, human  # the human's drain stands
+    sh(bed, "ctl", "scontrol update nodename=gpu02 state=resume")
+    assert poll(lambda: healthy(bed, bed.computes), 30) is None  # gpu01 resumed by the apply
 
     # Item 2: SlurmdPort 6818 -> 6828 while a job longer than SlurmdTimeout (20 s) runs: slurmd restarts in
     # place, the node is never drained, the job completes.
