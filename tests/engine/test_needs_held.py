@@ -25,9 +25,9 @@ def _plan(mark: Path | None = None) -> Plan:
 class _Ctx:
     """What the applier reads of a context: nodes, forks, facts (none owed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: tuple[str, ...] = NODES) -> None:
         self.state = SimpleNamespace(ssh=SimpleNamespace(forks=4))
-        self.specs = {node: spec(node) for node in NODES}
+        self.specs = {node: spec(node) for node in nodes}
         self.facts = SimpleNamespace(nodes={})
         self.limit = None
 

@@ -9,26 +9,13 @@ import shlex
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from reconciler.engine.apply import Applier, ApplyOptions
 from reconciler.engine.followups import DrainSteps, command
-from tests.ha.local_shell import LocalShell, spec
+from tests.engine.test_needs_held import _Ctx
+from tests.ha.local_shell import LocalShell
 
 NODES = ("ctl", "gpu01", "gpu02")
-
-
-class _Ctx:
-    """What the applier reads of a context when it runs one step: nodes, forks, facts."""
-
-    def __init__(self) -> None:
-        self.state = SimpleNamespace(ssh=SimpleNamespace(forks=4))
-        self.specs = {node: spec(node) for node in NODES}
-        self.facts = SimpleNamespace(nodes={})
-        self.limit = None
-
-    def targets(self) -> list[object]:
-        return list(self.specs.values())
 
 
 def steps(root: Path, node: str) -> DrainSteps:
@@ -60,7 +47,7 @@ def empty_later(path: Path, seconds: float) -> None:
 def run(root: Path, timeout: float) -> tuple[bool, list[str], Applier]:
     step = command("ctl", f"echo step >> {shlex.quote(str(root / 'events'))}", 30, "node CPUs changed")
     step.protect = {node: steps(root, node) for node in ("gpu01", "gpu02")}
-    applier = Applier(_Ctx(), LocalShell(), ApplyOptions(drain_timeout=timeout, poll_interval=0.05),  # type: ignore[arg-type]
+    applier = Applier(_Ctx(NODES), LocalShell(), ApplyOptions(drain_timeout=timeout, poll_interval=0.05),  # type: ignore[arg-type]
                       log=lambda _: None)
     ok = applier._followup(step)
     return ok, (root / "events").read_text().split("\n")[:-1], applier
