@@ -98,8 +98,9 @@ def reasons(ctx: Context, plan: Plan, node: str) -> dict[Manager, list[str]]:
 def plan_refreshes(ctx: Context, plan: Plan, driver: str, replan: NodePlanner) -> list[FollowUp]:
     """The refresh steps of the plan, each node's with the package manager its packages use (its package facts;
     else its inventory package_manager; else none: a repository file of the other manager, or of a node whose
-    manager is unknown, refreshes nothing); on each node refreshed, its package changes made again by REPLAN(ctx, node, refresh=True) (a version the repositories do not offer yet
-    is installed after the refresh instead of being an error) in place of DRIVER's."""
+    manager is unknown, refreshes nothing); on each node refreshed, its package changes made again by
+    REPLAN(ctx, node, refresh=True) (a version the repositories do not offer yet is installed after the refresh
+    instead of being an error) in place of DRIVER's."""
     steps: list[FollowUp] = []
     for spec in ctx.targets():
         node = spec.name
