@@ -274,8 +274,9 @@ class UpgradeMachine:
                     return
                 self._set(node, "validating")
             elif state == "reloading":
-                for command in self.hooks.reload(node).commands:
-                    self._must(node, command, "driver reload")
+                self._reload(node, steps)
+                if self.should_stop():  # not known to be registered again: a restart reloads again
+                    return
                 self._set(node, "validating")
             elif state == "validating":
                 self._validate(node, steps)
@@ -334,6 +335,17 @@ class UpgradeMachine:
         if not self._wait(back, parse_duration(self.config.reboot_timeout)) and not self.should_stop():
             raise NodeFailed(f"not back within reboot_timeout {self.config.reboot_timeout} "
                              "(new boot id and registered)")
+
+    def _reload(self, node: str, steps: RebootSteps) -> None:
+        """Reload the node's driver stack, then wait (bounded by reboot_timeout) for its daemon registered again: a
+        reload that stops and starts slurmd leaves the node NOT_RESPONDING until slurmd registers, and a gate run
+        before that fails a healthy node (seen on the testbed, 22.05)."""
+        for command in self.hooks.reload(node).commands:
+            self._must(node, command, "driver reload")
+        if not self._wait(lambda: self._sh(steps.run_on, steps.registered)[0],
+                          parse_duration(self.config.reboot_timeout)) and not self.should_stop():
+            raise NodeFailed(f"not registered again within reboot_timeout {self.config.reboot_timeout} "
+                             "after the driver reload")
 
     def _keep_drained(self, node: str, steps: RebootSteps) -> None:
         """Slurm 22.05 may bring a node back from a slow reboot IDLE, its drain gone (seen on the testbed after
@@ -411,8 +423,7 @@ class UpgradeMachine:
             if work.get("needs") == "reboot":
                 self._reboot(node, steps)
             elif work.get("needs") == "driver-reload":
-                for command in self.hooks.reload(node).commands:
-                    self._must(node, command, "driver reload")
+                self._reload(node, steps)
         except Exception as exc:  # noqa: BLE001 - a broken step fails this node's rollback, never the others'
             why = f"rollback failed: {exc if isinstance(exc, NodeFailed) else f'{type(exc).__name__}: {exc}'}"
             if self.hooks.fail is not None:

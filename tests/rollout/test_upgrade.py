@@ -251,3 +251,49 @@ def test_sigkill_during_the_rollback_finishes_it_from_the_journal(tmp_path: Path
     assert (sim.read("n1", "version"), sim.read("n1", "loaded"), sim.count("n1", "reboots")) == (OLD, OLD, 2)
     assert sim.read("n1", "drained").endswith("; rolled back") and sim.count("n1", "resumes") == 0
     assert (sim.read("n2", "version"), sim.count("n2", "reboots")) == (OLD, 0)
+
+
+def reloading(sim: Sim, machine: Any, node: str, registers_after: float) -> None:
+    """NODE's change needs a driver reload that restarts its daemon: the reload loads NEW and marks the node
+    unregistered (`pending`, what `registered` reads) until REGISTERS_AFTER seconds later, as slurmd stopped and
+    started again answers slurmctld only after its registration; the gate fails a node not registered yet."""
+    from reconciler.engine.upgrade_steps import ReloadSteps
+    from reconciler.rollout.upgrade import Prepared
+
+    d = sim.dir(node)
+    reload = ReloadSteps(commands=[f"cp {d}/version {d}/loaded; touch {d}/pending; "
+                                   f"(sleep {registers_after}; rm -f {d}/pending) >/dev/null 2>&1 &"])
+    validate = machine.hooks.validate
+
+    def prepare(name: str) -> Prepared:
+        if sim.read(name, "loaded") == NEW:
+            return Prepared(None, [], lambda: None)
+        return Prepared("driver-reload", [f"echo {OLD} > {d}/version"],
+                        lambda: (d / "version").write_text(NEW + "\n") and None, f"driver {OLD} -> {NEW}")
+
+    def gate(name: str) -> str | None:
+        if (sim.dir(name) / "pending").exists():
+            return "node checks: slurm state IDLE+NOT_RESPONDING"
+        return validate(name)
+    machine.hooks.reload, machine.hooks.prepare, machine.hooks.validate = (lambda name: reload), prepare, gate
+
+
+def test_the_gate_runs_once_the_node_registered_again_after_a_driver_reload(tmp_path: Path) -> None:
+    """A driver reload that stops and starts slurmd leaves the node NOT_RESPONDING until slurmd registers: the
+    machine waits for `registered` (bounded by reboot_timeout) before the gate, instead of failing a healthy node
+    (seen on the testbed); a node that never registers again fails naming the reload."""
+    sim = Sim(tmp_path, ["n1", "n2"])
+    sim.create()
+    journal = FileJournal(tmp_path / "journal.json")
+    machine = sim.machine({"max_unavailable": 1, "failure_budget": 1, "reboot_timeout": "10s"}, journal)
+    reloading(sim, machine, "n1", registers_after=0.5)
+    outcome = machine.run(["n1"])
+    assert outcome.done == ["n1"] and not outcome.failed, outcome.failed
+    assert states(journal, "n1") == [s if s != "rebooting" else "reloading" for s in FORWARD]
+    assert (sim.read("n1", "loaded"), sim.count("n1", "reboots")) == (NEW, 0)
+
+    never = FileJournal(tmp_path / "never.json")
+    machine = sim.machine({"max_unavailable": 1, "failure_budget": 1, "reboot_timeout": "10s"}, never)
+    reloading(sim, machine, "n2", registers_after=3600)
+    outcome = machine.run(["n2"])
+    assert "not registered again within reboot_timeout 10s after the driver reload" in outcome.failed["n2"]
