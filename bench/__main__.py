@@ -126,6 +126,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 for series in measured_series:
                     results[series.section].extend(series.rows())
+                    for tool, why in series.failed.items():
+                        results["skipped"][f"{series.section} {tool} N={computes}"] = f"failed: {why}"
                 results["load"][str(computes)] = {"before": before, "after": load_average()}
     on_testbed = [s for s in ("change",) if s in sections]
     if on_testbed:

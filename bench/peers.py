@@ -111,6 +111,8 @@ class Series:
     light: bool = False
     forks: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # a tool's label where LABELS' does not say enough
+    optional: set[str] = field(default_factory=set)  # tools whose failure is recorded, not the section's end
+    failed: dict[str, str] = field(default_factory=dict)  # optional tool -> why it was dropped from the runs
 
     def add(self, tool: str, sample: Sample) -> None:
         """Record one run."""
@@ -123,6 +125,8 @@ class Series:
         out = []
         for tool in self.tools:
             runs = self.samples.get(tool, [])
+            if not runs:  # an optional tool that failed before its first run
+                continue
             ratios = [s.wall_s / b.wall_s for s, b in zip(runs, base, strict=False) if b.wall_s]
             row: dict[str, Any] = {
                 "section": self.section, "computes": self.computes, "nodes": self.nodes, "tool": tool,
@@ -335,8 +339,19 @@ def _rotate(tools: list[str], run: int) -> list[str]:
 def _runs(series: Series, runs: int, measure: dict[str, Callable[[], Sample]]) -> None:
     for run in range(runs):
         for tool in _rotate(series.tools, run):
-            series.add(tool, measure[tool]())
-        line = ", ".join(f"{t} {series.samples[t][-1].wall_s:.2f} s" for t in series.tools)
+            if tool in series.failed:
+                continue
+            try:
+                series.add(tool, measure[tool]())
+            except RuntimeError as exc:
+                if tool not in series.optional:
+                    raise
+                lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or ["?"]
+                series.failed[tool] = " ... ".join(dict.fromkeys([lines[0], lines[-1]]))[:400]
+                log(f"{series.section} N={series.computes}: {tool} failed, left out of the later runs: "
+                    f"{series.failed[tool]}")
+        line = ", ".join(f"{t} {series.samples[t][-1].wall_s:.2f} s" for t in series.tools
+                         if t not in series.failed and series.samples.get(t))
         log(f"{series.section} N={series.computes} run {run + 1}: {line}")
 
 
@@ -365,7 +380,8 @@ def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject |
     for tool, tree in others.items():
         measure[tool] = partial(_other_plan, bed, tree)
         labels[tool] = f"`reconciler plan` (cold) of {other_checkout(tree)} (--compare)"
-    series = Series("noop", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks, labels=labels)
+    series = Series("noop", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks, labels=labels,
+                    optional={"gateways"})  # an extra: its failure must not cost the direct figures
     _runs(series, runs, measure)
     return series
 

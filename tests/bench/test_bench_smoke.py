@@ -235,6 +235,34 @@ def test_subnet_option_hands_out_slash_20_blocks_in_turn() -> None:
         testbed._chosen.clear()
 
 
+def test_a_failed_gateway_run_costs_only_its_own_row() -> None:
+    """At 1,000 light nodes the run through gateways can lose nodes to banner timeouts: that tool is recorded as
+    failed and left out of the later runs, and the direct plan's figures are kept (they were all lost before)."""
+    from bench.peers import Sample, Series, _runs
+
+    series = Series("noop", 1000, 1001, ["ours", "gateways"], light=True, optional={"gateways"})
+
+    def gateways() -> Sample:
+        raise RuntimeError("reconciler plan through gateways found changes or failed (exit 1):\n...\n"
+                           "no changes; 37 node(s) unreachable")
+
+    calls: list[str] = []
+
+    def ours() -> Sample:
+        calls.append("ours")
+        return Sample(40.0, 15.0)
+
+    measure = {"ours": ours, "gateways": gateways}
+    _runs(series, 3, measure)
+    assert calls == ["ours"] * 3
+    assert [row["tool"] for row in series.rows()] == ["ours"] and series.rows()[0]["runs"] == 3
+    assert series.failed == {"gateways": "reconciler plan through gateways found changes or failed (exit 1): ... "
+                                         "no changes; 37 node(s) unreachable"}
+    series = Series("noop", 16, 17, ["ours"])
+    with pytest.raises(RuntimeError):  # ours is never optional
+        _runs(series, 1, {"ours": gateways})
+
+
 def test_peer_selection() -> None:
     """--peers: none, all, or a subset, in a fixed order; unknown names refused."""
     from bench.peers import PEERS, parse_peers
