@@ -172,7 +172,7 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
     while not _finished(channel):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            _await_pgid(channel, output, group)
+            _await_pgid(channel, output, group, keep_stdout=True)
             return Outcome(None, bytes(output.stdout), bytes(output.stderr), timed_out=True, pgid=group[0])
         pending = _feed(channel, pending)
         if not _drain(channel, output, group):  # a broken or hostile node cannot make the daemon hold more
@@ -187,14 +187,18 @@ def _pump(channel: paramiko.Channel, stdin: bytes, deadline: float) -> Outcome:
     return Outcome(code if code >= 0 else None, bytes(output.stdout), bytes(output.stderr), timed_out=False)
 
 
-def _await_pgid(channel: paramiko.Channel, output: BoundedOutput, group: list[int | None]) -> None:
+def _await_pgid(channel: paramiko.Channel, output: BoundedOutput, group: list[int | None],
+                keep_stdout: bool = False) -> None:
     """A command cut off before its process group came (a deadline shorter than a loaded node's shell start; or
     its stdout, a separate stream, passed the bound first): wait a little more for that line on stderr, so the
-    command can still be ended. Its stdout is read no more (dropped, so the window stays open)."""
+    command can still be ended. Its stdout is still read, so the window stays open: kept within the bound for a
+    command cut off at its deadline (KEEP_STDOUT: what it printed is part of the report), dropped otherwise."""
     until = time.monotonic() + PGID_WAIT
     while group[0] is None and not channel.closed and time.monotonic() < until:
         while channel.recv_ready():
-            channel.recv(_CHUNK)
+            data = channel.recv(_CHUNK)
+            if keep_stdout:
+                keep_stdout = output.add_stdout(data)
         while channel.recv_stderr_ready():
             output.add_stderr(channel.recv_stderr(_CHUNK))
         group[0] = take_pgid(output.stderr)
