@@ -138,12 +138,13 @@ def test_a_lost_lease_store_heals_above_the_epochs_the_nodes_have_seen(tmp_path:
     shell = LocalShell()
     node = spec("gpu01")
     run(fenced_command("true", {"epoch": 5, "holder": "login2", "dir": str(tmp_path / "node")}))
-    one, _ = pair(tmp_path, shell, duration=0.8)
+    # a term of seconds: under load the refused write below took longer than a 0.8 s term (CI, 2 cores)
+    one, _ = pair(tmp_path, shell, duration=4)
     one.tick()
     assert one.epoch == 1
     refused = FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true")
     assert refused.exit_code == FENCED_EXIT and not one.is_leader() and one.floor == 6
-    time.sleep(0.9)  # its own old term runs out
+    time.sleep(4.2)  # its own old term runs out
     one.tick()
     assert one.is_leader() and one.epoch == 6
     assert FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true").ok
