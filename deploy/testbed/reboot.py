@@ -32,7 +32,7 @@ if __name__ == "__main__":  # the keeper: `python3 -I reboot.py keep NAME` puts 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tb_layout import BASE, Layout, locked  # noqa: E402  (sibling modules)
-from tb_nodes import NODE_PYTHON, PATH, node_alive, node_dead, node_ready, pid_alive, start_node  # noqa: E402
+from tb_nodes import NODE_PYTHON, PATH, node_alive, node_dead, node_ready, nsenter, pid_alive, start_node  # noqa: E402
 
 BOOT_NOT_BEFORE = 2  # whole seconds after the reboot request (reboot_node says why)
 REBOOT_PROGRAM = "/usr/lib/reconciler-testbed/reboot"  # in every compute node (slurm.conf RebootProgram)
@@ -42,6 +42,7 @@ SHUTDOWN_TIMEOUT = 15.0  # supervisord stops its programs (stopwaitsecs=10 each 
 GONE_TIMEOUT = 10.0  # after PID 1: every process of the node's PID namespace ended
 BOOT_TIMEOUT = 60.0  # sshd, munged and slurmd listening again
 KEEPER_LOG = "keeper.log"  # in the testbed's state directory
+SLOW_SHUTDOWN = "slow-shutdown"  # in the testbed's state directory: seconds a shutdown spends with slurmd stopped
 
 REBOOT_SCRIPT = f"""#!/bin/sh
 # STAND-IN for reboot on a testbed node (written by deploy/testbed; slurm.conf RebootProgram): the node cannot
@@ -104,6 +105,10 @@ def shutdown(layout: Layout, node: str) -> None:
     pid = layout.pids[node]
     if not node_alive(layout, node):
         return
+    slow = _slow_shutdown(layout)
+    if slow:  # as systemd's ordered stop: slurmd first, sshd still up, a while before the rest
+        nsenter(layout, node, "supervisorctl stop slurmd", timeout=30)
+        time.sleep(slow)
     ns = _pid_ns(pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
@@ -112,6 +117,15 @@ def shutdown(layout: Layout, node: str) -> None:
             os.kill(pid, signal.SIGKILL)
     if ns is not None and not _wait(lambda: not _members(ns), GONE_TIMEOUT):
         raise RebootError(f"{node}: processes left after its PID 1 ended: {_members(ns)}")
+
+
+def _slow_shutdown(layout: Layout) -> float:
+    """Seconds a shutdown spends with slurmd stopped and sshd up, as a test asks in SLOW_SHUTDOWN (a real node's
+    shutdown takes that long; ours none), or 0."""
+    try:
+        return max(0.0, float((layout.state / SLOW_SHUTDOWN).read_text().strip()))
+    except (OSError, ValueError):
+        return 0.0
 
 
 def boot(layout: Layout, node: str) -> None:

@@ -34,7 +34,7 @@ from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
 from reconciler.rollout.preview import bootstrap_reason
-from reconciler.rollout.upgrade import UpgradeMachine
+from reconciler.rollout.upgrade import FINAL, UpgradeMachine
 from reconciler.rollout.upgrade_hooks import RealHooks
 from reconciler.rollout.waves import Wave, WavePlan, plan_waves
 from reconciler.transport.base import Transport
@@ -183,7 +183,10 @@ class RolloutRunner:
             self.on_event("wave", {"wave": wave.index, "waves": len(waves.waves), "name": wave.name,
                                    "nodes": wave.nodeset, "commit": self.new.commit})
             failpoint("wave.before-apply")
-            applied = self._apply(self.new, wave.nodes, record)
+            # a node a killed process left mid-upgrade (rebooting, validating...) is the machine's to finish: a plain
+            # apply would see it down, fail its restarts and end the rollout with the node's record lost
+            upgrading = _mid_upgrade(record)
+            applied = self._apply(self.new, [n for n in wave.nodes if n not in upgrading], record)
             failpoint("wave.after-apply")
             result.applied += applied.applied
             result.held += [] if self.upgrade else applied.held
@@ -247,6 +250,8 @@ class RolloutRunner:
     def _apply(self, loaded: LoadedState, nodes: list[str], record: dict[str, Any]) -> ApplyResult:
         """Plan LOADED against NODES (fresh facts) and apply it; its follow-ups are journaled first (a crash
         after the files are written must still run the restarts they asked for)."""
+        if not nodes:  # an empty limit would mean every node
+            return ApplyResult()
         run = open_reconcile(loaded, all_drivers(), limit=hostlist.compress(nodes), transport=self.transport)
         run.gather()
         plan = run.plan()
@@ -391,6 +396,15 @@ class RolloutRunner:
                 else:
                     self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
         return resumed
+
+
+def _mid_upgrade(record: dict[str, Any]) -> set[str]:
+    """Nodes the journalled upgrade has started and not ended (past upgrade-required, not in a final state)."""
+    upgrade = record.get("upgrade")
+    nodes = upgrade.get("nodes") if isinstance(upgrade, dict) else None
+    if not isinstance(nodes, dict):
+        return set()
+    return {n for n, e in nodes.items() if isinstance(e, dict) and e.get("state") not in (*FINAL, "upgrade-required")}
 
 
 def _final_upgrade(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -105,15 +105,19 @@ def daemon(root: Path, remote: GitRemote, state_dir: Path, n: int, failpoints: s
                          env={"RECONCILER_FAILPOINTS": failpoints} if failpoints else {}).start()
 
 
-@pytest.mark.parametrize("kill_at", ["journal-rebooting", "upgrade.reboot-issued"])
+@pytest.mark.parametrize("kill_at", ["journal-rebooting", "upgrade.reboot-issued", "shutting-down"])
 def test_daemon_killed_while_a_node_reboots_finishes_it_once(ubed: tuple[Testbed, GitRemote, str, str],
                                                              tmp_path: Path, kill_at: str) -> None:
     """The kill lands while the first node reboots; the restarted daemon neither reboots it again nor resumes it
     twice, upgrades the other two one at a time, and ends with all three on the new driver, idle, plan empty."""
     bed, remote, old, new = ubed
     state_dir = tmp_path / "state"
+    slow = bed.state_dir / "slow-shutdown"  # deploy/testbed/reboot.py SLOW_SHUTDOWN
+    if kill_at == "shutting-down":
+        slow.write_text("15\n")
     first = daemon(tmp_path, remote, state_dir, 1,
-                   failpoints="upgrade.reboot-issued=sleep(300)" if kill_at == "upgrade.reboot-issued" else "")
+                   failpoints={"upgrade.reboot-issued": "upgrade.reboot-issued=sleep(300)",
+                               "shutting-down": "upgrade.reboot-issued=sleep(300)"}.get(kill_at, ""))
     try:
         first.wait_applied(remote.head(), timeout=180)  # the old pair is already there: nothing to do
         before = {n: bed.run(n, "cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip() for n in NODES}
@@ -126,9 +130,15 @@ def test_daemon_killed_while_a_node_reboots_finishes_it_once(ubed: tuple[Testbed
                                                                    if s == "rebooting"], 300)
         assert len(rebooting) == 1, rebooting  # max_unavailable 1
         node = rebooting[0]
-        if kill_at == "upgrade.reboot-issued":  # paused right after `scontrol reboot`: kill once the node goes down
+        if kill_at != "journal-rebooting":  # paused right after `scontrol reboot`: kill once the node goes down
             poll(f"the keeper taking {node}'s reboot",
                  lambda: any(f" {node}: reboot requested" in line for line in keeper_lines(bed)[keeper_before:]), 90)
+        if kill_at == "shutting-down":  # the kill lands while the node shuts down, slurmd stopped and sshd up for
+            # 15 s (CI failure at 267f0ca: the restarted daemon's plain apply of the wave took such a node, failed
+            # its slurmd start as the node went down, and ended the rollout with the node's record)
+            poll(f"{node}'s slurmd stopped by its shutdown",
+                 lambda: bed.run(node, "pgrep -x slurmd", timeout=10).returncode == 1, 60)
+            slow.unlink()  # the keeper read it for this shutdown: the other nodes shut down at testbed speed
     finally:
         first.kill()
     held = node_states(state_dir)
@@ -157,6 +167,7 @@ def test_daemon_killed_while_a_node_reboots_finishes_it_once(ubed: tuple[Testbed
         assert bed.run(n, "cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip() != before[n]
         assert resumes(ctl_log, n) == 1, (n, ctl_log[-3000:])  # resumed once, by slurmctld's own word
         assert logs.count(f"upgrade: {n}: resumed") == 1, (n, logs[-4000:])
+        assert f"{n}: start slurmd" not in logs, (n, logs[-4000:])  # a node mid-upgrade is the machine's alone
         installed = bed.run(n, f"dpkg-query -W -f='${{Version}}' {DRIVER} {FM}", check=True).stdout
         assert installed == new * 2, (n, installed)
         smi = bed.run(n, "nvidia-smi --query-gpu=driver_version --format=csv,noheader", check=True).stdout
