@@ -14,7 +14,9 @@ taken from a marker line the wrapped command prints last on stderr, so a node wh
 is never mistaken for a command that exited 255. ClusterShell is line-oriented: output comes back as lines,
 each ended by a newline (a missing final newline is added). Output is bounded as on the direct transport: a
 node's stdout past MAX_OUTPUT is refused (cut on the node, and never held past the bound here), and only the end
-of its stderr is kept.
+of its stderr is kept. A node whose ssh ended before authentication (no banner within ConnectTimeout, sshd's
+MaxStartups drop: an overloaded node, and the command never started) is tried once more after RETRY_PAUSE; one
+that fails so twice is reported with OpenSSH's words and "twice".
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from ClusterShell.Event import EventHandler
@@ -42,6 +45,11 @@ from reconciler.transport.session import wrap_command
 from reconciler.transport.ssh import SSHTransport
 
 ROOT = "reconciler-root"  # the root of the topology: this process (never connected to)
+# OpenSSH's words for a connection that ended before authentication, so before the command could start: an
+# overloaded node (sshd's MaxStartups drops, a banner late past ConnectTimeout) is tried once more, any command
+_BEFORE_AUTH = re.compile(r"during banner exchange|kex_exchange_identification|^ssh: connect to host .*: "
+                          r"Connection timed out|Connection (reset|closed) by .* port \d+\s*$", re.MULTILINE)
+RETRY_PAUSE = 1.0  # seconds before the second try of the nodes whose connection ended before authentication
 RC_MARKER = "__reconciler_rc__="
 _RC_LINE = re.compile(rf"^(.*){re.escape(RC_MARKER)}(\d+)$")
 
@@ -117,6 +125,21 @@ class ClushTransport(BaseTransport):
         failure to its own nodes: ClusterShell would otherwise try to reroute them and abort the whole run.
         """
         limit = float(timeout if timeout is not None else self.ssh.command_timeout)
+        results = self._gateways_once(groups, limit)
+        again = {name for name, result in results.items() if before_auth(result)}
+        if not again:
+            return results
+        time.sleep(RETRY_PAUSE)
+        retry = {key: kept for key, specs in groups.items() if (kept := [s for s in specs if s.name in again])}
+        for name, result in self._gateways_once(retry, limit).items():
+            if before_auth(result):
+                result = replace(result, error=f"{result.error} (twice: connection ended before authentication)")
+            results[name] = result
+        return results
+
+    def _gateways_once(self, groups: dict[tuple[str, str | None], list[NodeSpec]],
+                       limit: float) -> dict[str, CommandResult]:
+        """One pass of the groups: a ClusterShell task per gateway, each in its thread."""
         by_gateway: dict[str, dict[tuple[str, str | None], list[NodeSpec]]] = {}
         for key, specs in groups.items():
             for spec in specs:
@@ -238,6 +261,12 @@ class ClushTransport(BaseTransport):
             why = err_lines[-1] if err_lines else f"exit {rc}" if rc is not None else "no answer"
             error = f"unreachable through gateway {gateway}: {why}"
         return CommandResult(spec.name, None, stdout, stderr, duration, error=error)
+
+
+def before_auth(result: CommandResult) -> bool:
+    """RESULT is a node whose ssh ended before authentication (the command never started): safe to try again."""
+    return (result.exit_code is None and (result.error or "").startswith("unreachable through gateway")
+            and _BEFORE_AUTH.search(result.stderr) is not None)
 
 
 MAX_STDIN = 64 * 1024  # stdin travels in the command line (base64), below Linux's 128 KiB per argument
