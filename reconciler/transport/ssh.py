@@ -28,9 +28,18 @@ from reconciler.transport.session import (
 )
 from reconciler.transport.sshbuild import ConnectionFactory
 from reconciler.transport.sshconnection import NodeConnection, close_quietly, verify_chain
-from reconciler.transport.ssherrors import ConnectError, ConnectionLost, explain, reason, where
+from reconciler.transport.ssherrors import (
+    ConnectError,
+    ConnectionLost,
+    NoBanner,
+    before_banner,
+    explain,
+    reason,
+    where,
+)
 
 KEEPALIVE_SECONDS = 30
+NO_BANNER_PAUSE = 1.0  # seconds before the second connect to a node that sent no SSH banner
 # How long an open connection's reader thread waits for a packet before it wakes to look at its state (closed?
 # keepalive due? rekey asked?). paramiko waits 0.1 s, which suits its handshake; an open, idle connection woke 10
 # times a second, a few dozen microseconds of Python each: with every node's connection open through a plan (and
@@ -220,7 +229,10 @@ class SSHTransport(BaseTransport):
             if cxn is not None:  # a dead transport (keepalive or read failed): replace it, host key re-checked
                 self._drop(node.name, cxn)
             try:
-                cxn = self._open(node)
+                cxn = self._open_twice(node)
+            except NoBanner as exc:
+                self._failures[node.name] = f"{exc} (twice)"
+                raise ConnectError(self._failures[node.name]) from exc
             except ConnectError as exc:
                 self._failures[node.name] = str(exc)
                 raise
@@ -307,6 +319,15 @@ class SSHTransport(BaseTransport):
         with self._lock:
             return self._node_locks.setdefault(name, threading.Lock())
 
+    def _open_twice(self, node: NodeSpec) -> NodeConnection:
+        """_open, once more after a pause when the node sent no banner (an overloaded sshd: nothing was sent)."""
+        try:
+            return self._open(node)
+        except NoBanner:
+            pass  # the second try outside this handler: its error must not carry the first as its context
+        time.sleep(NO_BANNER_PAUSE)
+        return self._open(node)
+
     def _open(self, node: NodeSpec) -> NodeConnection:
         """Build, arm and open a connection to a node (through its bastion, if any)."""
         try:
@@ -323,6 +344,7 @@ class SSHTransport(BaseTransport):
             transport.sock.settimeout(IDLE_WAKE_SECONDS)  # handshake and authentication are over
         except Exception as exc:
             why = explain(cxn, exc, self.ssh.connect_timeout)
+            silent = before_banner(cxn, exc)
             close_quietly(cxn)
-            raise ConnectError(why) from exc
+            raise (NoBanner if silent else ConnectError)(why) from exc
         return cxn

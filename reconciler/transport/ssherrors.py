@@ -15,6 +15,11 @@ class ConnectError(Exception):
     """A node could not be reached: the message says why (network, auth, host key, timeout)."""
 
 
+class NoBanner(ConnectError):
+    """The server hung up or stayed silent before its SSH banner: an overloaded sshd (MaxStartups, a late banner);
+    nothing was sent, so trying once more is safe for any command."""
+
+
 class ConnectionLost(ConnectError):
     """The connection dropped while a command ran: whether the command took effect is unknown."""
 
@@ -45,6 +50,13 @@ def explain(cxn: fabric.Connection, exc: Exception, connect_timeout: float) -> s
         reasons = sorted({getattr(err, "strerror", None) or str(err) for err in exc.errors.values()})
         return f"cannot connect to {where(cxn)}: {'; '.join(reasons)}"
     return f"cannot connect to {where(cxn)}: {reason(exc)}"
+
+
+def before_banner(cxn: fabric.Connection, exc: Exception) -> bool:
+    """EXC ended the connection to the node itself before its SSH banner (not a bastion's, not a refused or
+    unroutable address)."""
+    return (isinstance(exc, paramiko.SSHException) and not isinstance(exc, paramiko.ProxyCommandFailure)
+            and not _banner_seen(cxn))
 
 
 def _banner_seen(cxn: fabric.Connection) -> bool:

@@ -1,7 +1,8 @@
-"""A node whose ssh ends before authentication behind a ClusterShell gateway is tried once more (issue 43 item 9:
-at 1,000 light nodes on 2 cores, 23-37 nodes lost a plan to "Connection timed out during banner exchange").
+"""A node whose ssh ends before authentication is tried once more, directly and behind a ClusterShell gateway
+(issue 43 item 9: at 1,000 light nodes on 2 cores, 23-37 nodes lost a plan to "Connection timed out during banner
+exchange" behind the gateways, and some the direct way to "Error reading SSH protocol banner").
 
-Real OpenSSH on 127.0.0.1 is the gateway `gw`; the nodes are names for loopback addresses where a small TCP relay
+Real OpenSSH on 127.0.0.1 (and the gateway `gw`); the nodes are names for loopback addresses where a small TCP relay
 listens on the server's port: it holds its first connections open without a byte (no SSH banner, as an
 overloaded sshd does) and relays the later ones to the real server. The gateway's OpenSSH gives up on a silent
 one after ConnectTimeout with the words the real failure had.
@@ -24,6 +25,7 @@ from reconciler.desired.inventory import NodeSpec  # noqa: E402
 from reconciler.model import ServiceManager, SSHDefaults  # noqa: E402
 from reconciler.transport.base import CommandResult  # noqa: E402
 from reconciler.transport.clush import ClushTransport, before_auth  # noqa: E402
+from reconciler.transport.ssh import SSHTransport  # noqa: E402
 from tests.transport.sshd_server import SSHD, Sshd  # noqa: E402
 
 needs_sshd = pytest.mark.skipif(os.geteuid() != 0 or not Path(SSHD).exists(),
@@ -112,6 +114,31 @@ def test_a_node_silent_before_authentication_is_tried_once_more(tmp_path: Path, 
     assert "banner exchange" in n2.stderr and "timed out" in n2.error and "twice" in n2.error, n2.describe()
     assert (relays["n1"].accepted, relays["n2"].accepted, relays["n3"].accepted) == (2, 2, 1)
     assert sorted(marks.read_text().split()) == ["n1", "n3"]  # each command ran once, n2's never
+
+
+@needs_sshd
+def test_the_direct_transport_connects_again_to_a_node_that_sent_no_banner(tmp_path: Path, sshd: Sshd,
+                                                                            client_key: tuple[Path, str],
+                                                                            relays: dict[str, SilentFirst]) -> None:
+    """n1 (silent once) answers on the second connect, the command run once; n2 (always silent) is reported
+    after two, with "(twice)"; n3 connects once."""
+    key = sshd.known_hosts_line.split(" ", 1)[1]
+    (tmp_path / "known_hosts").write_text("".join(f"[127.0.0.{i}]:{sshd.port} {key}" for i in range(1, 5)))
+    ssh = SSHDefaults.model_validate({"known_hosts": "known_hosts", "connect_timeout": 2, "command_timeout": 20})
+    nodes = [NodeSpec(name=name, host=f"127.0.0.{i}", port=sshd.port, user="root", identity_file=str(client_key[0]),
+                      proxy_jump=None, roles=frozenset(), service_manager=ServiceManager(), drain=None)
+             for i, name in ((2, "n1"), (3, "n2"), (4, "n3"))]
+    marks = tmp_path / "runs"
+    with SSHTransport(ssh, tmp_path) as transport:
+        results = transport.run_many(nodes, lambda spec: f"echo {spec.name} >> {marks}; echo hello")
+        connects = dict(transport.connects)
+    assert (results["n1"].exit_code, results["n1"].stdout) == (0, "hello\n"), results["n1"].describe()
+    assert (results["n3"].exit_code, results["n3"].stdout) == (0, "hello\n"), results["n3"].describe()
+    n2 = results["n2"].error or ""
+    assert n2.startswith(f"connect to 127.0.0.3:{sshd.port}: no SSH banner within 2s") and n2.endswith("(twice)"), n2
+    assert (relays["n1"].accepted, relays["n2"].accepted, relays["n3"].accepted) == (2, 2, 1)
+    assert connects == {"n1": 2, "n2": 2, "n3": 1}
+    assert sorted(marks.read_text().split()) == ["n1", "n3"]
 
 
 def result(stderr: str, error: str = "unreachable through gateway gw: x", code: int | None = None) -> CommandResult:
