@@ -15,7 +15,8 @@ from reconciler.model.bounds import U16_MAX, U32_MAX, count
 from reconciler.model.slurmconf import CgroupConf, GresConf, SlurmConfParams
 from reconciler.model.values import GresWord, SlurmWord
 
-SLURM_VERSION_FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+SLURM_VERSION_FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11",
+                          "26.05")
 
 
 class GPUs(Strict):

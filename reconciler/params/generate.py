@@ -28,7 +28,7 @@ from reconciler.params.sources import (
     restart_note,
 )
 
-FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+FAMILIES = ("20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 KINDS = ("reconfigure", "restart_slurmctld", "restart_slurmd", "restart_all")
 DATA_DIR = Path(__file__).parent / "data"
 

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from reconciler import params
 
 REPO = Path(__file__).resolve().parents[2]
-SUPPORTED = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")  # the range, and newer
+SUPPORTED = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")  # the range, and newer
 
 # Keys the renderer writes from schema fields that are not slurm.conf-named (reconciler/render).
 RENDERED_GLOBAL = ("ClusterName", "SlurmctldHost", "Prolog", "Epilog", "HealthCheckProgram", "HealthCheckInterval",

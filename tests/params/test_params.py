@@ -83,6 +83,15 @@ def test_a_key_added_after_22_05_is_refused_for_22_05_naming_its_first_release()
     assert resolve("slurm.conf", "maxbatchrequeue", "23.02").name == "MaxBatchRequeue"
 
 
+def test_26_05_is_a_family_of_its_own() -> None:
+    """26.05 (Debian forky's Slurm, a testbed release) is read from its own tag: a key new in 26.05 is refused for
+    25.11 naming 26.05, and a cluster may say slurm_version 26.05."""
+    assert params.source_tags()["26.05"].startswith("slurm-26-05-") and "26.05" in SLURM_VERSION_FAMILIES
+    with pytest.raises(ParameterNotInVersion, match=r"HealthCheckTimeout is not .* in Slurm 25.11 \(first in 26.05\)"):
+        resolve("slurm.conf", "HealthCheckTimeout", "25.11")
+    assert resolve("slurm.conf", "healthchecktimeout", "26.05").name == "HealthCheckTimeout"
+
+
 def test_a_removed_key_is_refused_naming_the_release_that_dropped_it() -> None:
     assert lookup("slurm.conf", "SlurmctldPlugstack").families[-1] == "22.05"  # type: ignore[union-attr]
     with pytest.raises(ParameterNotInVersion, match=r"SlurmctldPlugstack is not a slurm.conf parameter in Slurm 24.05 \(removed in 23.02\)"):
