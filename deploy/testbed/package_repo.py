@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
+import slurm_debs
+import slurm_root
+
 HERE = Path(__file__).resolve().parent
 DEB_CACHE = Path(os.environ.get("RECONCILER_TESTBED_DEB_CACHE", "/var/cache/reconciler-testbed/debs"))
 FETCHED = "fetched.json"  # in DEB_CACHE: which real packages and versions were fetched
@@ -116,8 +119,13 @@ def fetch_real_debs(cache: Path = DEB_CACHE) -> dict[str, list[str]]:
                 _run(["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", f"{package}={version}"],
                      cwd=cache)
         fetched[package] = deb_version_key(versions)
-    (cache / FETCHED).write_text(json.dumps({"versioned": versioned, "packages": fetched}, indent=2) + "\n")
-    return fetched
+    try:
+        slurm = slurm_debs.fetch(cache, slurm_root.lower_root(slurm_debs.FROM_RELEASE), slurm_root.MIRROR)
+    except (slurm_debs.SlurmDebsError, slurm_root.RootError, subprocess.SubprocessError) as e:
+        raise RepoError(f"Debian's Slurm packages: {e}") from e
+    (cache / FETCHED).write_text(json.dumps({"versioned": versioned, "packages": fetched, "slurm": slurm},
+                                            indent=2) + "\n")
+    return {**fetched, **{f"slurm {r}": [v] for r, v in slurm["releases"].items()}}
 
 
 def _deb_field(path: Path, name: str) -> str:
@@ -132,7 +140,14 @@ def fetched_debs(cache: Path = DEB_CACHE) -> tuple[dict, list[Path]]:
     except (OSError, ValueError) as e:
         raise RepoError(f"no real Debian packages in {cache} ({e}): run `deploy/testbed/testbed deps` "
                         f"or `deploy/testbed/package_repo.py fetch`") from e
+    if "slurm" not in record:
+        raise RepoError(f"{cache} has no Slurm packages (fetched before they were offered): run "
+                        f"`deploy/testbed/testbed deps` or `deploy/testbed/package_repo.py fetch`")
     files = sorted(f for p in record["packages"] for f in cache.glob(f"{p}_*.deb"))
+    files += [cache / name for name in record["slurm"]["files"]]
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        raise RepoError(f"{cache} lacks {', '.join(missing[:3])}: run `deploy/testbed/package_repo.py fetch`")
     return record, files
 
 
@@ -255,6 +270,8 @@ def cached_repo(cache_base: Path) -> Path:
                         "standin": {n: list(STANDIN_VERSIONS) for n in STANDINS}, "standin_broken": broken},
                 "rpm": {"real": {}, "standin": {n: list(STANDIN_VERSIONS) for n in STANDINS},
                         "standin_broken": broken},
+                "slurm": {"releases": record["slurm"]["releases"], "packages": record["slurm"]["packages"],
+                          "files": record["slurm"]["files"]},
                 "standin_driver": {"installed": DRIVER_INSTALLED, "loaded": DRIVER_LOADED,
                                    "broken_faults": BROKEN_FAULTS.strip()},
                 EXTRA: {"deb": {"standin": EXTRA_STANDINS}, "rpm": {"standin": EXTRA_STANDINS}}}
@@ -322,8 +339,9 @@ class Repository:
     manifest: dict = field(default_factory=dict)
 
 
-def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path) -> Repository:
-    """Put the repository into ctl's upper layer (SERVED), sign it, write <state>/packages/manifest.json."""
+def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path, lower: Path = Path("/")) -> Repository:
+    """Put the repository into ctl's upper layer (SERVED), sign it, write <state>/packages/manifest.json (what is
+    installed: read from LOWER, the nodes' lower layer)."""
     tree = cached_repo(cache_base)
     served = ctl_upper / SERVED
     if served.exists():
@@ -337,7 +355,9 @@ def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path) -> Repo
     url = f"http://{ctl_host}:{PORT}"
     manifest = json.loads((tree / "manifest-part.json").read_text())
     manifest["url"] = url
-    manifest["deb"].update(url=f"{url}/deb", signed_by=KEYRING, installed=installed_on_host(manifest["deb"]["real"]))
+    manifest["deb"].update(url=f"{url}/deb", signed_by=KEYRING,
+                           installed=installed_on_host(manifest["deb"]["real"], lower))
+    manifest["slurm"]["installed"] = installed_on_host(manifest["slurm"]["packages"], lower)
     manifest["rpm"]["url"] = f"{url}/rpm"
     manifest["served_from"] = f"ctl:/{SERVED}"
     out = state / "packages"
@@ -351,11 +371,12 @@ def build(state: Path, ctl_upper: Path, ctl_host: str, cache_base: Path) -> Repo
     return Repository(url=url, public_key=key, manifest=manifest)
 
 
-def installed_on_host(packages: dict[str, list[str]]) -> dict[str, str | None]:
-    """package -> version dpkg says the host has (every node starts with it: the host is their lower layer)."""
+def installed_on_host(packages: dict[str, list[str]] | list[str], lower: Path = Path("/")) -> dict[str, str | None]:
+    """package -> version dpkg says LOWER has (every node starts with it: LOWER is their lower layer)."""
     out: dict[str, str | None] = {}
     for name in packages:
-        proc = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev}|${Version}", name],
+        proc = subprocess.run(["dpkg-query", f"--admindir={lower / 'var/lib/dpkg'}", "-W", "-f",
+                               "${db:Status-Abbrev}|${Version}", name],
                               capture_output=True, text=True)
         status, _, version = proc.stdout.partition("|")
         out[name] = version if proc.returncode == 0 and status.startswith("ii") else None
@@ -392,7 +413,7 @@ RPM_MACROS = "# written by deploy/testbed (--packages): the rpm database where R
              "%_dbpath /var/lib/rpm\n"
 
 
-def node_layer(repo: Repository) -> NodeLayer:
+def node_layer(repo: Repository, lower: Path = Path("/")) -> NodeLayer:
     """The apt and dnf configuration of a node: the testbed repository as the only source."""
     sources = (f"# written by deploy/testbed (--packages): the testbed's repository on ctl, the only source\n"
                f"Types: deb\nURIs: {repo.url}/deb/\nSuites: ./\nSigned-By: {KEYRING}\n")
@@ -408,7 +429,7 @@ def node_layer(repo: Repository) -> NodeLayer:
              # dnf-plugins-core's `local` plugin adds a repository `_dnf_local` of every installed rpm: off
              "etc/dnf/plugins/local.conf": (b"# written by deploy/testbed (--packages)\n[main]\nenabled = false\n",
                                             0o644)}
-    hide = [p for p in ("etc/apt/sources.list",) if os.path.lexists(f"/{p}")]
+    hide = [p for p in ("etc/apt/sources.list",) if os.path.lexists(lower / p)]
     return NodeLayer(files=files, hide=hide,
                      opaque=["etc/apt/sources.list.d", "var/lib/apt/lists", "var/cache/apt", "etc/yum.repos.d"],
                      mirror_dirs=["var/lib/apt/lists/partial", "var/cache/apt/archives/partial"])

@@ -122,7 +122,7 @@ def install_standins(upper: Path) -> None:
 
 def install_package_sources(upper: Path, repo: package_repo.Repository) -> None:
     """--packages: apt's only source and dnf's repository are the testbed's (package_repo.node_layer)."""
-    edits = package_repo.node_layer(repo)
+    edits = package_repo.node_layer(repo, lower_root())
     for rel in edits.opaque:
         opaque_dir(upper, rel, 0o755)
     for rel in edits.mirror_dirs:

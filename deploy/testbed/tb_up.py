@@ -21,7 +21,7 @@ from tb_client import write_client_files
 from tb_layout import BASE, GPUS_PER_NODE, NARROW_MAX, NODE_CPUS, NODE_MEMORY_MB, Layout, locked, validate_layout
 from tb_mounts import mount_lustre, mount_roots
 from tb_net import network_up, testbed_netns
-from tb_nodefs import use_lower
+from tb_nodefs import lower_root, use_lower
 from tb_nodes import NODE_PYTHON, node_alive, node_ready, nsenter, running, start_nodes, wait_ready
 from tb_prepare import prepare_node
 from tb_teardown import teardown
@@ -33,9 +33,11 @@ REQUIRED_BINARIES = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-keygen", "/
                      "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sinfo", "/usr/bin/supervisord",
                      "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/mksquashfs", "/usr/sbin/exportfs",
                      "/usr/bin/nsenter", NODE_PYTHON]
+# --packages: the host builds and signs the repository; the nodes need dnf only on the host's release (a built
+# root has apt only: its nodes are offered the deb repository, the rpm one is served but no node reads it)
 PACKAGES_BINARIES = ["/usr/bin/dpkg-scanpackages", "/usr/bin/createrepo_c", "/usr/bin/rpmbuild", "/usr/bin/rpmsign",
-                     "/usr/bin/gpg",
-                     "/usr/bin/dnf"]
+                     "/usr/bin/gpg"]
+PACKAGES_NODE_BINARIES = ["/usr/bin/dnf"]
 HOST_BINARIES = ["/usr/bin/ssh", "/usr/bin/ssh-keygen", "/usr/sbin/ip", "/usr/bin/nc", "/usr/bin/nsenter",
                  NODE_PYTHON, "/usr/sbin/debootstrap"]  # what the host runs itself, whichever release the nodes run
 ACCOUNTING_BINARIES = ["/usr/sbin/slurmdbd", "/usr/sbin/mariadbd", "/usr/bin/mariadb-install-db",
@@ -48,8 +50,10 @@ def require_root_and_deps(accounting: bool = False, packages: bool = False, root
     lower layer; the host needs its own ssh, ip, nc, nsenter and python3 whatever the release."""
     if os.geteuid() != 0:
         raise TestbedError("must run as root (namespaces, mounts)")
-    needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else []) + (PACKAGES_BINARIES if packages else [])
+    needed = REQUIRED_BINARIES + (ACCOUNTING_BINARIES if accounting else [])
+    needed += PACKAGES_NODE_BINARIES if packages and root == Path("/") else []
     missing = [b for b in needed if not (root / b.lstrip("/")).exists()]
+    missing += [b for b in PACKAGES_BINARIES if packages and not os.path.exists(b)]
     missing += [b for b in HOST_BINARIES if root != Path("/") and not os.path.exists(b)]
     if missing:
         raise TestbedError(f"missing {', '.join(missing)}: run `{HERE / 'testbed'} deps` first")
@@ -73,8 +77,8 @@ def release_root(release: str) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     """Bring a testbed up (idempotent) and print its desired-state directory last."""
     release = args.slurm or slurm_root.default_release()
-    if release != slurm_root.host_release() and (args.light or args.packages):
-        raise TestbedError(f"--light and --packages run on the host's Slurm release "
+    if release != slurm_root.host_release() and args.light:
+        raise TestbedError(f"--light runs on the host's Slurm release "
                            f"({slurm_root.host_release() or 'none'}), not {release}")
     root = release_root(release)
     require_root_and_deps(args.accounting, args.packages, root)
@@ -132,7 +136,7 @@ def bring_up(layout: Layout) -> None:
     if layout.computes > NARROW_MAX:
         raise_host_limits(len(layout.nodes))
     repo = package_repo.build(layout.state, layout.node_dir("ctl") / "upper", "ctl",
-                              BASE / "cache") if layout.packages else None
+                              BASE / "cache", lower_root()) if layout.packages else None
     if repo:
         trace("package repository built")
     with ThreadPoolExecutor(max_workers=8) as pool:
