@@ -6,7 +6,7 @@ own tests when nobody else did). Fixtures:
 - ``testbed`` (session): a running testbed with Slurm configured, ``RECONCILER_TESTBED_NODES`` compute nodes
   (default 4), under a name and subnet unique to this pytest process.
 - ``testbed_factory`` (session): ``make(nodes=2, bare=False, configless=False, light=False, accounting=False,
-  packages=False, slurm="")`` brings up more testbeds (``slurm``: a release of SLURM_RELEASES, default the host's;
+  packages=False, slurm="")`` brings up more testbeds (``slurm``: a release of ALL_RELEASES, default the host's;
   another release's Debian root is built once with debootstrap, see deploy/testbed/slurm_root.py), all torn down at the end of the session (``light``: sshd-only nodes,
   no Slurm; beyond 200 compute nodes the testbed takes a /20 and three- or four-digit names; ``accounting``:
   slurmdbd and MariaDB on ctl, associations enforced; ``packages``: the package repository on ctl as every node's
@@ -53,6 +53,9 @@ DEB_CACHE = Path(os.environ.get("RECONCILER_TESTBED_DEB_CACHE", "/var/cache/reco
 # The Slurm releases a testbed runs (deploy/testbed/slurm_root.py RELEASES): the suites that talk to Slurm
 # run on each, e.g. `@pytest.fixture(scope="module", params=SLURM_RELEASES)`.
 SLURM_RELEASES = ("22.05", "24.11")
+# Every release a testbed can run: SLURM_RELEASES and 26.05 (Debian forky's root). Only the suites issue 44 names run
+# on 26.05 (the observed consequence table, deploy/demo, the 24.11 -> 26.05 upgrade), so the suite does not triple.
+ALL_RELEASES = (*SLURM_RELEASES, "26.05")
 
 
 def _slurm_root() -> ModuleType:
@@ -98,7 +101,7 @@ class Testbed:
     light: bool = False
     accounting: bool = False
     packages: bool = False
-    slurm: str = ""  # the nodes' Slurm release ('22.05', '24.11')
+    slurm: str = ""  # the nodes' Slurm release ('22.05', '24.11', '26.05')
     _pids: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
@@ -287,8 +290,8 @@ class Registry:
         """Bring up a new testbed (SLURM: its release, default the host's)."""
         reason = unavailable()
         slurm = slurm or host_release()
-        if slurm not in SLURM_RELEASES:
-            raise ValueError(f"Slurm {slurm!r} is not a testbed release {SLURM_RELEASES}")
+        if slurm not in ALL_RELEASES:
+            raise ValueError(f"Slurm {slurm!r} is not a testbed release {ALL_RELEASES}")
         other = slurm != host_release()
         if not reason and other and not os.path.exists("/usr/sbin/debootstrap"):
             reason = f"Slurm {slurm} needs debootstrap for its root: run deploy/testbed/testbed deps"
@@ -370,4 +373,4 @@ def ssh_command(bed: Testbed, node: str, *args: str) -> list[str]:
     return ["ssh", "-F", str(bed.ssh_config), node, *(shlex.quote(a) for a in args)]
 
 
-__all__ = ["SLURM_RELEASES", "Testbed", "compute_names", "host_release", "testbed", "testbed_factory", "unavailable", "ssh_command"]
+__all__ = ["ALL_RELEASES", "SLURM_RELEASES", "Testbed", "compute_names", "host_release", "testbed", "testbed_factory", "unavailable", "ssh_command"]

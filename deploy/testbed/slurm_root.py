@@ -22,7 +22,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-RELEASES = {"22.05": "bookworm", "24.11": "trixie"}  # Slurm release -> the Debian suite that ships it
+# Slurm release -> the Debian suite that ships it. 26.05 comes from forky (testing; sid carries the same 26.05.5-1):
+# a root built from the suite that ships a release gives every node a coherent set of that release's packages and
+# libraries, what a site running it has, as 24.11 comes from trixie. Upgrading the 24.11 root in place would mix
+# suites; that is what the 24.11 -> 26.05 upgrade test does on purpose (package_repo.py, issue 44).
+RELEASES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "forky"}
 ROOTS = Path(os.environ.get("RECONCILER_TESTBED_ROOTS", "/var/cache/reconciler-testbed/roots"))
 MIRROR = os.environ.get("RECONCILER_TESTBED_MIRROR", "http://deb.debian.org/debian")
 # What a node runs or a test calls inside a node (the host's list is testbed.py's DEBIAN_PACKAGES): sshd, munge, the
@@ -33,6 +37,8 @@ ROOT_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "slur
                  "python3-clustershell", "slurmdbd", "mariadb-server", "libslurm-dev", "procps", "psmisc",
                  "hostname", "sudo", "kmod"]
 MARK = ".reconciler-testbed-root.json"  # written last into a finished root: its suite, packages, Slurm version
+# debootstrap's script for a suite it has none for (debootstrap 1.0.128, Debian 12's, knows trixie but not forky)
+SUITE_SCRIPTS = {"forky": "sid"}
 BUILD_TIMEOUT = 1200
 
 
@@ -134,6 +140,9 @@ def build(release: str, final: Path, log: Callable[[str], None]) -> None:
     started = time.monotonic()
     log(f"building the Slurm {release} root ({suite}) in {final} with debootstrap (once; about 2 minutes)")
     cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}", suite, str(tmp), MIRROR]
+    script = SUITE_SCRIPTS.get(suite, "")
+    if script and not Path(f"/usr/share/debootstrap/scripts/{suite}").exists():
+        cmd.append(f"/usr/share/debootstrap/scripts/{script}")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])

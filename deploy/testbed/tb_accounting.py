@@ -35,7 +35,10 @@ exec /usr/sbin/mariadbd --init-file={MARIADB_INIT_SQL}
 
 # Small and quick: a test database, not a production one (small buffer pool and redo log, no doublewrite, the
 # log flushed once a second). slurmdbd logs `error: Database settings not recommended values:
-# innodb_buffer_pool_size innodb_log_file_size` for it at start, harmlessly.
+# innodb_buffer_pool_size innodb_log_file_size` for it at start, harmlessly. Snapshot isolation off: MariaDB 11.6.2 on
+# (trixie's and forky's 11.8) turns it on, and slurmdbd 26.05 then logs that it "will cause slurmdbd to fatal when a
+# write conflicts with a concurrent transaction" (accounting.shtml 26.05: innodb_snapshot_isolation=OFF); `loose-`
+# because bookworm's 10.11 may not know the option.
 MARIADB_CNF = """# written by deploy/testbed: MariaDB for the testbed's slurmdbd (test data: fast, not durable)
 [mysqld]
 skip-name-resolve
@@ -47,6 +50,7 @@ innodb_flush_log_at_trx_commit = 2
 innodb_doublewrite = 0
 innodb_autoextend_increment = 8
 innodb_log_buffer_size = 2M
+loose-innodb_snapshot_isolation = OFF
 key_buffer_size = 1M
 aria_pagecache_buffer_size = 1M
 max_connections = 32

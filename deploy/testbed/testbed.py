@@ -52,7 +52,7 @@ DEBIAN_PACKAGES = ["openssh-server", "openssh-client", "munge", "slurmctld", "sl
                    "gcc", "libc6-dev", "libslurm-dev",  # `up` compiles the Pyxis stand-in (pyxis_standin.py)
                    # `up --packages`: the package repository (package_repo.py), Debian's dnf and rpm on the nodes
                    "dnf", "dnf-plugins-core", "rpm", "createrepo-c", "dpkg-dev", "gnupg",
-                   "debootstrap"]  # `up --slurm R`: the root of the release the host does not have (slurm_root.py)
+                   "debootstrap"]  # `up --slurm R`: the roots of the releases the host does not have (slurm_root.py)
 # Not for the nodes: what the tests use beside the testbed (the status page in a headless browser, promtool for
 # the alert rules, systemd-analyze for the unit, sudo and visudo for the shipped sudoers rule).
 TEST_PACKAGES = ["chromium", "prometheus", "systemd", "sudo"]
@@ -151,7 +151,7 @@ def cmd_deps(args: argparse.Namespace) -> int:
         log(" ".join(cmd))
         if subprocess.run(cmd, env=env).returncode != 0:
             raise TestbedError(f"{' '.join(cmd)} failed")
-    for release in slurm_root.other_releases():  # `up --slurm RELEASE` for the release the host does not have
+    for release in slurm_root.other_releases():  # `up --slurm RELEASE` for each release the host does not have
         release_root(release)
     log(f"fetching real Debian packages for `up --packages` into {package_repo.DEB_CACHE}")
     try:

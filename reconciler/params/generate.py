@@ -79,10 +79,12 @@ CURATED_NODE_RESTART_KEYS = ("CPUs", "Boards", "Sockets", "SocketsPerBoard", "Co
 # read-only), so the documents decide.
 CURATED_SLURMD_FILES: tuple[str, ...] = ()
 
-# Measured on real daemons of 22.05 and 24.11 by tests/params/test_observed_consequences_testbed.py (the table in
-# docs/slurm-parameters.md). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
-# (SchedMD changed reconfigure in 23.11): the notes say which families are observed and which inferred.
+# Measured on real daemons of 22.05, 24.11 and 26.05 by tests/params/test_observed_consequences_testbed.py (the
+# table in docs/slurm-parameters.md). 22.05 stands for every family before 23.11 and 24.11 for 23.11 and later
+# (SchedMD changed reconfigure in 23.11); 26.05 needed what 24.11 needed in every case, so 25.05 and 25.11, between
+# them, are inferred from both: the notes say which families are observed and which inferred.
 OBSERVED_IN = "tests/params/test_observed_consequences_testbed.py"
+OBSERVED_FAMILIES = ("22.05", "24.11", "26.05")
 # Global keys: family -> (kind, why). SlurmdPort: slurmctld needs no restart (it only dials the new port once its
 # reconfigure has read it), every slurmd restarts to listen there; this overrides the 22.05/23.02 man pages'
 # "A restart of slurmctld is required".
@@ -142,8 +144,8 @@ def _node_observed(name: str, family: str) -> tuple[str, str] | None:
                                "(observed for CPUs and Gres), then the node's slurmd restarts to read it")
     if name == "gres":
         return "reconfigure", "reconfigure applies a node's Gres from 24.11 (with gres.conf)"
-    return ("restart_slurmd", "node hardware key: reconfigure applies CPUs on 24.11 but kills the node's running "
-                              "jobs however it is applied, so its slurmd restarts drained (the safe route)")
+    return ("restart_slurmd", "node hardware key: reconfigure applies CPUs on 24.11 and 26.05 but kills the node's "
+                              "running jobs however it is applied, so its slurmd restarts drained (the safe route)")
 
 
 def _gres_conf_observed(family: str) -> tuple[str, str]:
@@ -156,8 +158,9 @@ def _gres_conf_observed(family: str) -> tuple[str, str]:
 
 def observed_note(family: str, what: str) -> str:
     """WHAT with where it comes from: observed on this family, or inferred from the family that was."""
-    seen = "22.05" if _before(family, "23.11") else "24.11"
-    how = f"observed on {seen} by" if family == seen else f"inferred from the {seen} observation in"
+    seen = "22.05 observation" if _before(family, "23.11") else "24.11 observation" if _before(family, "24.11") \
+        else "24.11 and 26.05 observations"
+    how = f"observed on {family} by" if family in OBSERVED_FAMILIES else f"inferred from the {seen} in"
     return f"{what} ({how} {OBSERVED_IN})"
 
 

@@ -11,13 +11,13 @@ import subprocess
 import pytest
 
 from tests.daemon.harness import REPO
-from tests.testbed_fixture import REGISTRY, SLURM_RELEASES, _testbed_cli, host_release, unavailable
+from tests.testbed_fixture import ALL_RELEASES, REGISTRY, _testbed_cli, host_release, unavailable
 from tests.wheel_fixture import InstalledWheel
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.mark.parametrize("release", SLURM_RELEASES)
+@pytest.mark.parametrize("release", ALL_RELEASES)  # 26.05 too: issue 44 item 5
 def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel, release: str) -> None:
     """deploy/demo runs to the end on each Slurm release: first apply, partition commit in sinfo, hand edit healed,
     bad prolog caught by the canary's smoke job and the cluster whole again, the commit not retried, the fix out in

@@ -19,12 +19,12 @@ import pytest
 from tests.params.consequence_cases import CASES
 from tests.params.consequence_probe import Prober, Row, claimed, disagreements, markdown, measure
 from tests.params.probe_io import read_files, sh
-from tests.testbed_fixture import SLURM_RELEASES, Testbed
+from tests.testbed_fixture import ALL_RELEASES, Testbed
 
-ROWS: list[Row] = []  # both releases' rows, for the combined table
+ROWS: list[Row] = []  # every release's rows, for the combined table
 
 
-@pytest.fixture(scope="module", params=SLURM_RELEASES)
+@pytest.fixture(scope="module", params=ALL_RELEASES)  # 26.05 too: issue 44 item 5
 def bed(request: pytest.FixtureRequest, testbed_factory: Callable[..., Testbed]) -> Testbed:
     """A 2-node testbed of one release, shared by the cases."""
     return testbed_factory(nodes=2, slurm=request.param)

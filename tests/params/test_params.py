@@ -146,8 +146,9 @@ def _before_23_11(family: str) -> bool:
     return tuple(map(int, family.split("."))) < (23, 11)
 
 
-# Corrections from the table measured on real 22.05 and 24.11 daemons (docs/slurm-parameters.md): families
-# before 23.11 follow 22.05, later ones 24.11; the note names the test and says observed or inferred.
+# Corrections from the table measured on real 22.05, 24.11 and 26.05 daemons (docs/slurm-parameters.md): families
+# before 23.11 follow 22.05, later ones 24.11 (26.05 needed the same); the note names the test and says observed on
+# the family itself, or inferred (25.x from 24.11 and 26.05 both).
 @pytest.mark.parametrize(("file", "key", "family", "scope", "kind"), [
     ("slurm.conf", "SlurmdPort", "22.05", "global", "restart_slurmd"),  # was restart_all (man: restart slurmctld)
     ("slurm.conf", "SlurmdPort", "24.11", "global", "restart_slurmd"),  # was restart_all
@@ -164,14 +165,23 @@ def _before_23_11(family: str) -> bool:
     ("gres.conf", "File", "22.05", "line", "restart_slurmd"),
     ("gres.conf", "File", "24.11", "line", "reconfigure"),  # was restart_slurmd
     ("gres.conf", "Count", "24.05", "line", "reconfigure"),  # was restart_slurmd
+    ("slurm.conf", "SlurmdPort", "26.05", "global", "restart_slurmd"),
+    ("slurm.conf", "TopologyPlugin", "26.05", "global", "reconfigure"),
+    ("slurm.conf", "NodeName", "26.05", "node", "reconfigure"),
+    ("slurm.conf", "CPUs", "26.05", "node", "restart_slurmd"),
+    ("slurm.conf", "Gres", "26.05", "node", "reconfigure"),
+    ("gres.conf", "File", "26.05", "line", "reconfigure"),
 ])
 def test_kinds_corrected_by_the_observed_table(file: str, key: str, family: str, scope: str, kind: str) -> None:
     assert change_kind(file, key, family, scope) == kind
     source, note = params.change_source(file, key, family, scope)
     assert source == "curated" and "tests/params/test_observed_consequences_testbed.py" in note
-    observed = family in ("22.05", "24.11")
-    assert ("observed on " if observed else "inferred from the ") + ("22.05" if _before_23_11(family) else
-                                                                     "24.11") in note
+    if family in ("22.05", "24.11", "26.05"):
+        assert f"observed on {family} by" in note
+    elif family in ("25.05", "25.11"):
+        assert "inferred from the 24.11 and 26.05 observations" in note
+    else:
+        assert f"inferred from the {'22.05' if _before_23_11(family) else '24.11'} observation in" in note
 
 
 # Node changes before 24.11 follow the documents (slurm.conf.5 22.05-24.05, NODE CONFIGURATION; scontrol.1 22.05;

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed_fixture import SLURM_RELEASES, Testbed, host_release
+from tests.testbed_fixture import ALL_RELEASES, SLURM_RELEASES, Testbed, host_release
 
 HERE = Path(__file__).resolve().parents[2] / "deploy" / "testbed"
 sys.path.insert(0, str(HERE))
 import slurm_root  # noqa: E402  (deploy/testbed is not a package)
 
-PYTHON = {"22.05": "3.11", "24.11": "3.13"}  # Debian 12's and 13's python3
+PYTHON = {"22.05": "3.11", "24.11": "3.13", "26.05": "3.14"}  # Debian 12's, 13's and forky's python3
 
 
 @pytest.fixture(scope="module", params=SLURM_RELEASES)
@@ -75,3 +75,12 @@ def test_a_root_key_follows_its_package_list(monkeypatch: pytest.MonkeyPatch) ->
     assert slurm_root.built_root(release) == before
     assert slurm_root._release_of("24.11.5-4+deb13u1") == "24.11"
     assert slurm_root._release_of("1:22.05.8-4") == "22.05"
+
+
+def test_every_release_has_its_suite_and_its_own_root() -> None:
+    """The fixture's releases are the testbed's, each built from its own suite (26.05 from forky, with
+    debootstrap's sid script where debootstrap has no forky one) into a root of its own."""
+    assert tuple(slurm_root.RELEASES) == ALL_RELEASES and set(SLURM_RELEASES) < set(ALL_RELEASES)
+    assert slurm_root.RELEASES["26.05"] == "forky" and slurm_root.RELEASES["24.11"] == "trixie"
+    assert len({slurm_root.built_root(r) for r in ALL_RELEASES}) == len(ALL_RELEASES)
+    assert slurm_root.SUITE_SCRIPTS["forky"] == "sid"
