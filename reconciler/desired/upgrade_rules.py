@@ -46,7 +46,10 @@ _SLURM_ROLES: dict[str, SlurmRole] = {
 # those); "The Slurm 24.11 release will introduce compatibility with three previous major releases". The table
 # there: 23.02 <- 22.05, 21.08; 23.11 <- 23.02, 22.05; 24.05 <- 23.11, 23.02; 24.11 <- 24.05, 23.11, 23.02;
 # 25.05 <- 24.11, 24.05, 23.11; 25.11 <- 25.05, 24.11, 24.05. The older rows follow the two-release rule
-# (RELEASE_NOTES of 22.05: "can be upgraded from version 20.11 or 21.08").
+# (RELEASE_NOTES of 22.05: "can be upgraded from version 20.11 or 21.08"). 26.05 follows the three-release rule
+# (upgrades.html: "Slurm 24.11 introduced compatibility with the previous three major releases"): 25.11, 25.05,
+# 24.11; 24.11 -> 26.05 was run for real on the testbed (Debian's 26.05.5-1, tests/rollout/
+# test_slurm_major_upgrade_testbed.py).
 COMPATIBLE_FROM: dict[str, tuple[str, ...]] = {
     "20.11": ("20.02", "19.05"),
     "21.08": ("20.11", "20.02"),
@@ -57,6 +60,7 @@ COMPATIBLE_FROM: dict[str, tuple[str, ...]] = {
     "24.11": ("24.05", "23.11", "23.02"),
     "25.05": ("24.11", "24.05", "23.11"),
     "25.11": ("25.05", "24.11", "24.05"),
+    "26.05": ("25.11", "25.05", "24.11"),
 }
 UPGRADES_URL = "https://slurm.schedmd.com/upgrades.html#compatibility_window"
 SKIP_RULE = "slurm-release-window"

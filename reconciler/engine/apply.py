@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from reconciler.common.failpoints import failpoint
 from reconciler.engine.context import Context
 from reconciler.engine.drain import NodeDrain, wait_until
 from reconciler.engine.followups import DrainSteps, FollowUp, waves
@@ -160,7 +162,9 @@ class Applier:
         return outcomes if isinstance(outcomes, list) and len(outcomes) == count else None
 
     def _command(self, host: str, node: str, op: RunCommand, change: Change | None = None) -> bool:
-        result = self.transport.run(self.ctx.specs[host], op.command)
+        result = self.transport.run(self.ctx.specs[host], op.command, timeout=op.timeout)
+        if result.ok and op.description:  # tests: `op.<description slug>=sleep(N)` pauses after that step
+            failpoint("op." + re.sub(r"[^a-z0-9.]+", "-", op.description.lower()).strip("-.")[:80])
         if not result.ok:
             detail = result.error or (result.stderr or result.stdout).strip()[-300:]
             message = f"{op.description or op.command}: {detail}"

@@ -51,6 +51,8 @@ class RunCommand(BaseModel):
     kind: Literal["run"] = "run"
     command: str
     description: str = ""
+    timeout: float | None = Field(default=None, description="Seconds it may run (None: ssh.command_timeout); "
+                                  "for a step that waits on purpose, e.g. slurmdbd converting its database")
 
 
 Op = WriteFile | RunCommand

@@ -36,8 +36,10 @@ class Change(BaseModel):
     run_on: str | None = Field(default=None, description="Node whose shell runs the ops (default: node)")
     drift: bool = Field(default=False, description="The node differs from what was last applied (not from Git)")
     followups: list[FollowUp] = Field(default_factory=list, description="What must follow when this changes")
-    scope: Literal["node", "cluster"] = Field(default="node", description="cluster: must be the same everywhere "
-                                              "(goes out to every node in one gated wave); node: may go in waves")
+    scope: Literal["node", "cluster", "lead"] = Field(default="node", description="cluster: must be the same "
+                                                      "everywhere (goes out to every node in one gated wave); lead: "
+                                                      "its node goes first, in a gated wave of its own, before the "
+                                                      "waves of the rest; node: may go in waves")
     needs: Needs | None = Field(default=None, description="Takes effect only after a reboot or a driver reload: "
                                 "applied only when the caller allows it (apply --allow reboot|driver-reload)")
     restore: Restore | None = Field(default=None, exclude=True, description="Set by a driver whose ops are "

@@ -43,6 +43,8 @@ class SlurmNodeFact(BaseModel):
     name: str
     state: str = Field(description="Full state, e.g. IDLE+DRAIN")
     reason: str | None = None
+    version: str | None = Field(default=None, description="The Slurm version its slurmd registered with "
+                                "(`Version=`, e.g. 26.05.5): the running daemon's, not the installed package's")
 
     @property
     def flags(self) -> set[str]:

@@ -83,7 +83,9 @@ def parse_scontrol_nodes(text: str) -> dict[str, SlurmNodeFact]:
             reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)  # drop the "[user@time]" suffix
         if not set(state.replace("*", "").split("+")) & REASON_STATES:
             reason = None
-        nodes[fields["NodeName"]] = SlurmNodeFact(name=fields["NodeName"], state=state, reason=reason or None)
+        version = fields.get("Version")
+        nodes[fields["NodeName"]] = SlurmNodeFact(name=fields["NodeName"], state=state, reason=reason or None,
+                                                  version=version if version and version != "(null)" else None)
     return nodes
 
 

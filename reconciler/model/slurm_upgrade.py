@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from reconciler.model.bounds import duration_between
+
 
 class SlurmUpgrade(BaseModel):
     """A Slurm upgrade's own steps: the database backup that runs (on the slurmdbd node) before slurmdbd moves."""
@@ -18,6 +20,15 @@ class SlurmUpgrade(BaseModel):
                                "accounting database, e.g. `mysqldump --single-transaction slurm_acct_db > "
                                "/var/backups/slurm_acct_db.sql`; required before slurmdbd changes release (it "
                                "converts the database), run once per such upgrade; a non-zero exit stops it")
+
+    state_backup_dir: str = Field(default="/var/backups/slurmctld-state", pattern=r"^/[^\x00\n'\"$`\\]{0,4095}$",
+                                  description="Directory on each controller where slurmctld's StateSaveLocation is "
+                                  "archived (tar.gz, named by the releases and the time) while slurmctld is stopped, "
+                                  "before it moves to another Slurm release (Slurm's upgrade guide)")
+    convert_timeout: duration_between(60, 7 * 86400) = Field(  # type: ignore[valid-type]
+        default="1h", description="How long the upgraded slurmdbd may take to convert the database and answer")
+    daemon_timeout: duration_between(10, 86400) = Field(  # type: ignore[valid-type]
+        default="10m", description="How long an upgraded slurmctld or slurmd may take to answer at its new version")
 
     @field_validator("backup")
     @classmethod

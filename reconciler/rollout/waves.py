@@ -2,8 +2,10 @@
 
 Pure: a plan and the desired state's `rollout:` in, waves out. The engine's `Change.scope` decides what may go
 in waves: a change the drivers mark `cluster` (Slurm's files, the munge key, NFS exports: what must be the same
-everywhere) makes the whole commit one `cluster` wave, still gated. Slurm nodes go first (the canary is where a
-smoke job can run), then the other changing nodes.
+everywhere) makes the whole commit one `cluster` wave, still gated. A change marked `lead` (a Slurm upgrade's
+slurmdbd and controllers, which every slurmd must wait for) puts its node in a gated `lead` wave before the others;
+the rest then go in the usual waves. Slurm nodes go first (the canary is where a smoke job can run), then the other
+changing nodes.
 """
 
 from __future__ import annotations
@@ -120,13 +122,20 @@ def plan_waves(plan: Plan, rollout: Rollout, order: Sequence[str], slurm_nodes: 
         why = "cluster-wide: " + ", ".join(cluster_wide[:3]) + (" ..." if len(cluster_wide) > 3 else "")
         return WavePlan([Wave(1, "cluster", ordered, cluster=True, why=why)], ["slurm", *gates], soak)
     waves: list[Wave] = []
+    leading = {c.node for c in plan.changing() if c.scope == "lead"}
+    if leading:
+        lead_why = "goes first: " + ", ".join(sorted({c.resource for c in plan.changing() if c.scope == "lead"})[:3])
+        waves.append(Wave(1, "lead", [n for n in ordered if n in leading], why=lead_why))
+        ordered = [n for n in ordered if n not in leading]
+        if not ordered:
+            return WavePlan(waves, gates, soak)
     left = list(ordered)
     if isinstance(rollout.canary, str) and not rollout.canary.endswith("%"):
         named = set(hostlist.expand(rollout.canary))
         canary = [n for n in left if n in named] or left[:1]
     else:
         canary = left[:_size(rollout.canary, len(ordered))]
-    waves.append(Wave(1, "canary", canary))
+    waves.append(Wave(len(waves) + 1, "canary", canary))
     left = [n for n in left if n not in canary]
     done = len(canary)
     for step in rollout.steps:

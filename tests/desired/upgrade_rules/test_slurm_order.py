@@ -38,10 +38,10 @@ def test_23_11_to_24_11_is_ordered_dbd_controllers_slurmd(tmp_path: Path) -> Non
     assert (changes["cpu01"].phase, changes["ctl"].phase) == (DBD_PHASE, CTLD_PHASE)
     assert changes["gpu01"].phase == changes["gpu02"].phase == SLURMD_PHASE
     assert BACKUP_PHASE < DBD_PHASE < CTLD_PHASE < SLURMD_PHASE
-    assert (changes["cpu01"].scope, changes["ctl"].scope, changes["gpu01"].scope) == ("cluster", "cluster", "node")
+    assert (changes["cpu01"].scope, changes["ctl"].scope, changes["gpu01"].scope) == ("lead", "lead", "node")
     backup = [c for c in plan.changing() if c.driver == "slurm-upgrade"]
     assert [(c.node, c.phase, c.resource) for c in backup] == [("cpu01", BACKUP_PHASE, "slurmdbd backup")]
-    assert [op.command for op in backup[0].ops if isinstance(op, RunCommand)] == [BACKUP]
+    assert [op.command for op in backup[0].ops if isinstance(op, RunCommand)] == ["supervisorctl stop slurmdbd", BACKUP]
     assert "slurmdbd 23.11.10-1 → 24.11.1-1" in backup[0].summary
     assert "slurmdbd backup" in render_text(plan)
 
