@@ -24,8 +24,8 @@ def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel, release: str) -
     two gated waves.
 
     The daemon is the `reconciler` of a wheel installed into a fresh venv (not the checkout). The host's release
-    runs the demo as the README gives it; the other release is what a host of the other Debian would run by
-    default (`--slurm` only picks the testbed's root)."""
+    runs the demo as the README gives it; another release is what a host of that Debian (12, 13, forky) would run
+    by default (`--slurm` only picks the testbed's root)."""
     reason = unavailable()
     if reason:
         pytest.skip(reason)
