@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from reconciler.desired.inventory import slurm_nodes
+from reconciler.drivers import slurm_running as running
 from reconciler.engine.context import Context
 from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
@@ -98,7 +99,14 @@ class NodeStateDriver:
             message = f"Slurm's view unavailable ({ctx.facts.slurm_view_error.strip()}): node states not planned"
             first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf")
                                and c.action == "create" for c in plan.changes)
-            (plan.warnings if first_config else plan.errors).append(message)
+            # an interrupted Slurm upgrade: the controller's commands moved with slurmdbd's packages and cannot
+            # talk to the older slurmctld still running (`Protocol authentication error`, observed 26.05 -> 24.11);
+            # the plan restarts slurmctld at the new release first
+            restarts = [c for c in plan.changing()
+                        if c.node == ctx.controller and running.restarts(c.resource, c.driver, "slurmctld")]
+            if restarts:
+                message += f"; this plan restarts slurmctld first ({restarts[0].summary})"
+            (plan.warnings if first_config or restarts else plan.errors).append(message)
         return []
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:

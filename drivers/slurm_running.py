@@ -17,6 +17,17 @@ from dataclasses import dataclass, field
 FACTS_KEY = "slurm-running"
 DAEMONS = ("slurmdbd", "slurmctld", "slurmd")
 ASK_TIMEOUT = 10  # seconds each RPC may take: a stopped slurmdbd must not hold the facts up
+DRIVER = "slurm-upgrade"  # the driver whose change restarts a daemon an interrupted upgrade left behind
+
+
+def owed_resource(daemons: Iterable[str]) -> str:
+    """The resource of the change restarting DAEMONS (`restart slurmdbd and slurmctld`)."""
+    return "restart " + " and ".join(daemons)
+
+
+def restarts(resource: str, driver: str, daemon: str) -> bool:
+    """True when a change (its RESOURCE and DRIVER) is the owed restart of DAEMON."""
+    return driver == DRIVER and resource.startswith("restart ") and daemon in resource.split()
 
 
 @dataclass(frozen=True)

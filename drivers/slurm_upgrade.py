@@ -53,7 +53,7 @@ class SlurmPackage:
     after: str | None
     entry: int
     running: str | None = None  # its daemon's version as it answers (None: not a daemon, or not known)
-    owed: bool = False  # its daemon must be (re)started although the package does not move (slurm_running)
+    owed: str | None = None  # why its daemon must be (re)started although the package stays (slurm_running)
 
     @property
     def moves(self) -> bool:
@@ -63,7 +63,7 @@ class SlurmPackage:
     @property
     def shifts(self) -> bool:
         """True when the plan changes the version in effect: the package moves, or its daemon is (re)started."""
-        return self.moves or self.owed
+        return self.moves or self.owed is not None
 
     @property
     def now(self) -> str | None:
@@ -122,18 +122,19 @@ def slurm_packages(ctx: Context, node: str) -> list[SlurmPackage]:
 
 
 def _running(ctx: Context, node: str, role: rules.SlurmRole, live: running.RunningSlurm | None, before: str | None,
-             after: str | None) -> tuple[str | None, bool]:
-    """ROLE's daemon on NODE: the version it answers with, and whether it is owed a (re)start although its package
-    stays (it runs a replaced binary or another version; slurmdbd or slurmctld is not running at all)."""
+             after: str | None) -> tuple[str | None, str | None]:
+    """ROLE's daemon on NODE: the version it answers with, and why it is owed a (re)start although its package
+    stays (None: it is not): it runs a replaced binary or another version; slurmdbd or slurmctld is not running."""
     if live is None or role == "client" or before is None or before != after or after is None:
-        return None, False
+        return None, None
     slurm_node = ctx.facts.slurm_nodes.get(node)
     version = slurm_node.version if role == "slurmd" and slurm_node is not None else live.versions.get(role)
-    if role == "slurmd" and role not in live.running:
-        return version, False  # a stopped slurmd is someone's decision (or a reboot's): not the upgrade's to undo
-    stale = role in live.replaced or role not in live.running or (
-        version is not None and rules.upstream(version) != rules.upstream(after))
-    return version, stale
+    if role not in live.running:
+        # a stopped slurmd is someone's decision (or a reboot's): not the upgrade's to undo
+        return version, None if role == "slurmd" else "is not running"
+    if version is not None and rules.upstream(version) != rules.upstream(after):
+        return version, f"runs {version}"
+    return version, "runs a replaced binary" if role in live.replaced else None
 
 
 def _stage(ctx: Context, node: str, packages: list[SlurmPackage]) -> int:
@@ -274,10 +275,10 @@ class SlurmUpgradeDriver:
             owed = [p for p in per_node[node] if p.owed]
             if not owed:
                 continue
-            change = Change(node=node, driver=self.name, resource="slurm daemons", action="update", summary=", ".join(
-                f"{p.role} {'runs ' + p.running if p.running else 'is not running'}"
-                f"{' a replaced binary' if p.running and p.now == p.before else ''} while {p.name} {p.after} is "
-                f"installed" for p in owed) + " (an upgrade stopped before its restart)")
+            change = Change(node=node, driver=self.name, resource=running.owed_resource(p.role for p in owed),
+                            action="update", summary=", ".join(f"{p.role} {p.owed} while {p.name} {p.after} is "
+                                                               f"installed" for p in owed)
+                            + " (an upgrade stopped before its restart)")
             self._place(change, stage_of[node])
             self._daemon_steps(ctx, change, per_node[node])
             plan.changes.append(change)
@@ -328,8 +329,11 @@ class SlurmUpgradeDriver:
         if ctld := moved.get("slurmctld"):
             conf = file_path(ctx.state, "slurm.conf")
             old, new = _rel(ctld.now), _rel(ctld.after)
-            backup = [steps.backup_state(conf, config.state_backup_dir, old, new)] if old and new and old != new \
-                else []
+            # a replaced binary's release is not known (the newer commands beside it get no answer from it, and
+            # it cannot be run again against the new libraries: observed 24.11 with 26.05's): archive as well
+            unknown = ctld.owed == "runs a replaced binary"
+            backup = [steps.backup_state(conf, config.state_backup_dir, old if old and old != new else "replaced", new or "")] \
+                if new and ((old and old != new) or unknown) else []
             stop_ctld = [steps.stop(manager, "slurmctld"), *backup]
             if dbd:  # its package moved with slurmdbd's; slurmctld keeps running until slurmdbd answers
                 after += stop_ctld

@@ -114,7 +114,8 @@ def plan_waves(plan: Plan, rollout: Rollout, order: Sequence[str], slurm_nodes: 
     soak = parse_duration(rollout.soak)
     if rollout.waves == "all":
         return WavePlan([Wave(1, "all", ordered, gated=False, why="rollout.waves: all")], [], 0, "all")
-    if bootstrap:
+    leading = {c.node for c in plan.changing() if c.scope == "lead"}
+    if bootstrap and not (leading and set(ordered) - leading):
         return WavePlan([Wave(1, "all", ordered, gated=False, why=bootstrap)], [], 0, "bootstrap")
     gates = gate_names(rollout, has_node_checks)
     cluster_wide = sorted({c.resource for c in plan.changing() if c.scope == "cluster"})
@@ -122,10 +123,10 @@ def plan_waves(plan: Plan, rollout: Rollout, order: Sequence[str], slurm_nodes: 
         why = "cluster-wide: " + ", ".join(cluster_wide[:3]) + (" ..." if len(cluster_wide) > 3 else "")
         return WavePlan([Wave(1, "cluster", ordered, cluster=True, why=why)], ["slurm", *gates], soak)
     waves: list[Wave] = []
-    leading = {c.node for c in plan.changing() if c.scope == "lead"}
-    if leading:
+    if leading:  # bootstrap: Slurm answers only once the lead wave restarted it; the later waves are gated
         lead_why = "goes first: " + ", ".join(sorted({c.resource for c in plan.changing() if c.scope == "lead"})[:3])
-        waves.append(Wave(1, "lead", [n for n in ordered if n in leading], why=lead_why))
+        waves.append(Wave(1, "lead", [n for n in ordered if n in leading], gated=not bootstrap,
+                          why=f"{lead_why}; {bootstrap}" if bootstrap else lead_why))
         ordered = [n for n in ordered if n not in leading]
         if not ordered:
             return WavePlan(waves, gates, soak)
