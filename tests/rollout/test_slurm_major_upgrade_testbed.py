@@ -196,3 +196,46 @@ def test_killed_upgrade_resumes_in_order(testbed_factory: Callable[..., Testbed]
     else:  # the controller is done: only compute nodes went out again
         assert waves and all(w.startswith("gpu") for w in waves), waves
     check_upgraded(bed, remote, new, since)
+
+
+def test_wrong_orders_refused_on_the_real_cluster(testbed_factory: Callable[..., Testbed], tmp_path: Path) -> None:
+    """On a live 24.11 cluster with accounting: slurmd (and the commands) to 26.05 before the controller, and
+    slurmdbd to 26.05 without a database backup, are refused naming the rule; nothing moves on any node."""
+    bed, remote, old, new = upgrade_bed(testbed_factory, tmp_path)
+    before = {n: installed(bed, n, CTL_PACKAGES if n == "ctl" else COMPUTE_PACKAGES) for n in ["ctl", *NODES]}
+    running = running_versions(bed)
+    cases = {"slurmd-not-newer-than-slurmctld": (ROLLOUT, pins(old, new)),
+             "slurmdbd-backup-first": (BASE_ROLLOUT, pins(new, new))}
+    for rule, (rollout, packages) in cases.items():
+        desired = tmp_path / rule
+        shutil.copytree(remote.work, desired, ignore=shutil.ignore_patterns(".git"))
+        (desired / "rollout.yaml").write_text(rollout)
+        (desired / "packages.yaml").write_text(packages)
+        done = cli("apply", "--yes", str(desired))
+        output = done.stdout + done.stderr
+        assert done.returncode != 0 and f"(rule {rule})" in output, output
+        assert not re.search(r"^applied [1-9]", output, re.M), output
+        after = {n: installed(bed, n, CTL_PACKAGES if n == "ctl" else COMPUTE_PACKAGES) for n in ["ctl", *NODES]}
+        assert after == before, (rule, after)
+        assert running_versions(bed) == running, rule
+
+
+def test_22_05_to_24_11_refused_outside_the_window(testbed_factory: Callable[..., Testbed], tmp_path: Path) -> None:
+    """On a live 22.05 cluster whose repository offers Debian's 24.11 packages: 22.05 -> 24.11 skips past Slurm's
+    window (24.11 takes over from 24.05, 23.11 and 23.02) and is refused naming the rule; nothing moves."""
+    bed = testbed_factory(nodes=1, slurm="22.05", packages=True)
+    bed.wait_idle(timeout=120)
+    target = bed.package_manifest["slurm"]["releases"]["24.11"]
+    have = installed(bed, "gpu01", COMPUTE_PACKAGES)
+    assert all(v.startswith("22.05.") for v in have.values()), have
+    desired = tmp_path / "desired"
+    shutil.copytree(bed.desired_state, desired)
+    (desired / "rollout.yaml").write_text(ROLLOUT)
+    (desired / "packages.yaml").write_text(pins(target, target, nodes="gpu01"))
+    plan = cli("plan", str(desired))
+    assert "(rule slurm-release-window)" in plan.stdout and "upgrade to 23.11 first" in plan.stdout, plan.stdout
+    done = cli("apply", "--yes", str(desired))
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "Slurm 22.05 → 24.11 skips more releases than Slurm supports" in output, output
+    assert installed(bed, "gpu01", COMPUTE_PACKAGES) == have
+    assert bed.run("ctl", "slurmctld -V", check=True).stdout.split()[1].startswith("22.05.")
