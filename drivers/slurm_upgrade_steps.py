@@ -29,14 +29,15 @@ STATE_DEFAULT = "/var/spool"  # slurm.conf(5), 24.11 and 26.05: StateSaveLocatio
 POLL = 2
 
 
-def without_daemon_restarts(command: str) -> str:
+def without_daemon_restarts(command: str, policy: str = POLICY) -> str:
     """Shell: COMMAND (an apt transaction) with dpkg's maintainer scripts kept from (re)starting the Slurm daemons;
     the node's own policy-rc.d is moved aside and asked about every other service, and put back whatever happens
-    (a leftover of ours from a killed run is replaced, never taken for the node's own)."""
-    p, a = shlex.quote(POLICY), shlex.quote(ASIDE)
+    (a leftover of ours from a killed run is replaced, never taken for the node's own). POLICY: tests only."""
+    aside = policy + ASIDE.removeprefix(POLICY)
+    p, a = shlex.quote(policy), shlex.quote(aside)
     names = "|".join(f"{d}|{d}.service" for d in DAEMONS)
     lines = ["#!/bin/sh", f"# {MARK}", f'for w in "$@"; do case "$w" in {names}) exit 101;; esac; done',
-             f'[ -x {ASIDE} ] && exec {ASIDE} "$@"', "exit 0"]
+             f'[ -x {aside} ] && exec {aside} "$@"', "exit 0"]
     script = " ".join(shlex.quote(line) for line in lines)
     return (f"if [ ! -e {a} ] && {{ [ -e {p} ] || [ -L {p} ]; }} && ! grep -qF {shlex.quote(MARK)} {p} 2>/dev/null; "
             f"then mv {p} {a} || exit 1; fi; "

@@ -88,3 +88,20 @@ def test_lines_show_each_wave_folded() -> None:
     lines = plan_waves(plan_on(SLURM), Rollout(), ORDER, SLURM, has_node_checks=True).lines()
     assert lines[0].startswith("wave 1/3 canary: gpu01 [1 node(s)]; then node-checks, smoke-job")
     assert "gpu[09-16] [8 node(s)]" in lines[2]
+
+
+def test_lead_changes_go_first_alone_then_the_rest_in_waves() -> None:
+    """A Slurm upgrade: the controller's transaction leads in a gated wave of its own; the slurmd nodes follow in
+    the canary and steps; with Slurm not answering (an interrupted upgrade), the lead is ungated, the rest gated."""
+    plan = plan_on(SLURM[:4])
+    plan.changes.append(Change(node="ctl", driver="packages", resource="packages", action="update", scope="lead"))
+    planned = plan_waves(plan, Rollout(canary=1, steps=["100%"]), ORDER, SLURM, has_node_checks=True)
+    assert [(w.name, w.nodes, w.gated) for w in planned.waves] == [
+        ("lead", ["ctl"], True), ("canary", ["gpu01"], True), ("step 2", ["gpu02", "gpu03", "gpu04"], True)]
+    assert "goes first: packages" in planned.waves[0].why
+    resumed = plan_waves(plan, Rollout(canary=1, steps=["100%"]), ORDER, SLURM, has_node_checks=True,
+                         bootstrap="bootstrap: Slurm does not answer")
+    assert [(w.name, w.gated) for w in resumed.waves] == [("lead", False), ("canary", True), ("step 2", True)]
+    alone = plan_on([])
+    alone.changes.append(Change(node="ctl", driver="packages", resource="packages", action="update", scope="lead"))
+    assert [(w.name, w.nodes) for w in plan_waves(alone, Rollout(), ORDER, SLURM).waves] == [("lead", ["ctl"])]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import load_dir
+from reconciler.drivers import slurm_running
 from reconciler.drivers.packages import PackagesDriver
 from reconciler.drivers.slurm_upgrade import SlurmUpgradeDriver
 from reconciler.engine.context import Context
@@ -51,8 +52,10 @@ def packages_yaml(versions: dict[str, str], backup: str | None = None) -> str:
 
 
 def plan_for(tmp_path: Path, versions: dict[str, str], installed: dict[str, str], offered: list[str],
-             backup: str | None = None, busy: dict[str, str] | None = None) -> Plan:
-    """The plan of the package and Slurm-upgrade drivers with each node's Slurm packages at INSTALLED[node], OFFERED in the repo."""
+             backup: str | None = None, busy: dict[str, str] | None = None,
+             running: dict[str, str] | None = None) -> Plan:
+    """The plan of the package and Slurm-upgrade drivers with each node's Slurm packages at INSTALLED[node], OFFERED
+    in the repo; RUNNING: node -> the output of its running-daemon facts (slurm_running.command), when gathered."""
     root = write_state(tmp_path / "repo", packages_yaml(versions, backup))
     ctx = Context(loaded=load_dir(root), source="test")
     ctx.facts = ClusterFacts(controller=ctx.controller)
@@ -62,6 +65,10 @@ def plan_for(tmp_path: Path, versions: dict[str, str], installed: dict[str, str]
     for node, names in ROLES.items():
         packages.absorb(ctx, ctx.facts, node, ctx.facts.nodes[node],
                         {pkgfacts.FACTS_KEY: answer(names, installed[node], offered)})
+    upgrade = SlurmUpgradeDriver()
+    for node, text in (running or {}).items():
+        upgrade.absorb(ctx, ctx.facts, node, ctx.facts.nodes[node],
+                       {slurm_running.FACTS_KEY: {"rc": 0, "stdout": text, "stderr": ""}})
     for node, state in (busy or {}).items():
         ctx.facts.slurm_nodes[node] = SlurmNodeFact(name=node, state=state)
-    return make_plan(ctx, [packages, SlurmUpgradeDriver()])
+    return make_plan(ctx, [packages, upgrade])
