@@ -332,7 +332,8 @@ class SlurmUpgradeDriver:
             # a replaced binary's release is not known (the newer commands beside it get no answer from it, and
             # it cannot be run again against the new libraries: observed 24.11 with 26.05's): archive as well
             unknown = ctld.owed == "runs a replaced binary"
-            backup = [steps.backup_state(conf, config.state_backup_dir, old if old and old != new else "replaced", new or "")] \
+            label = old if old and old != new else "replaced"
+            backup = [steps.backup_state(conf, config.state_backup_dir, label, new or "")] \
                 if new and ((old and old != new) or unknown) else []
             stop_ctld = [steps.stop(manager, "slurmctld"), *backup]
             if dbd:  # its package moved with slurmdbd's; slurmctld keeps running until slurmdbd answers
