@@ -34,13 +34,23 @@ def resume_command(node: str) -> str:
     return f"scontrol update nodename={shlex.quote(node)} state=resume"
 
 
+def state_command(node: str, flags: str) -> str:
+    """Exits 0 when NODE's own State field (not its NextState) holds one of FLAGS (an ERE alternation).
+
+    Slurm 24.11 shows `NextState=UNDRAIN` on a node while an ASAP reboot is pending (scontrol.1 of 24.11: ASAP
+    "will set nextstate=UNDRAIN if nextstate isn't specified"; seen on the testbed), and a bare `State=[^ ]*DRAIN`
+    matched it: a node an admin undrained while its reboot waited read as drained
+    (tests/rollout/test_upgrade_asap_testbed.py)."""
+    return f"scontrol show node -o {shlex.quote(node)} | grep -Eq ' State=[^ ]*({flags})'"
+
+
 def drain_steps(controller: str, node: str) -> DrainSteps:
     """How the engine drains a Slurm node around a rolling restart, and resumes it after (as data)."""
     quoted = shlex.quote(node)
     return DrainSteps(
         run_on=controller,
         jobs=f"squeue -h -w {quoted} -t RUNNING,COMPLETING,CONFIGURING -o %A",
-        drained=f"scontrol show node -o {quoted} | grep -Eq 'State=[^ ]*DRAIN'",
+        drained=state_command(node, "DRAIN"),
         drain=drain_command(node, ROLLOUT_REASON),
         resume=resume_command(node))
 
@@ -145,7 +155,7 @@ class NodeStateDriver:
 
 def _as_before(name: str, view: SlurmNodeFact) -> Restore:
     """How to put a node's drain back as Slurm showed it before a change: drained with its old reason, or not."""
-    drained = f"scontrol show node -o {shlex.quote(name)} | grep -Eq 'State=[^ ]*DRAIN'"
+    drained = state_command(name, "DRAIN")
     if view.drained and view.reason:
         return Restore(summary=f"drained again ({view.reason})",
                        ops=[RunCommand(command=drain_command(name, view.reason))])

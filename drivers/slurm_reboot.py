@@ -4,13 +4,26 @@ back and resumed (`RebootSteps`), and how its driver stack is reloaded without a
 Slurm 22.05 refuses `scontrol reboot ... nextstate=DRAIN`, and an ASAP reboot clears the DRAIN flag: so the node
 is drained first with a `reconciler: upgrade <commit>` reason, and the plain `scontrol reboot NODE` is issued once
 its jobs are gone; Slurm reboots it and it comes back still drained (`... : reboot issued`), ready for the gates.
+
+A drain is the upgrade's own only while no ASAP reboot holds it (no `NextState=`: the upgrade never asks for one).
+Slurm 24.11 keeps a resumed drain's Reason until a job starts on the node, and an admin's `scontrol reboot ASAP`
+without a reason then keeps that old Reason (`reconciler: upgrade ... : reboot issued`) instead of setting "Reboot
+ASAP" as scontrol.1 of 24.11 says: seen on the testbed, 24.11.5; we follow the observation. Read by Reason alone,
+that drain (which Slurm lifts itself after the reboot: `NextState=UNDRAIN`) was the upgrade's, to use and to resume
+(tests/rollout/test_upgrade_asap_testbed.py).
 """
 
 from __future__ import annotations
 
 import shlex
 
-from reconciler.drivers.node_state import UPGRADE_PREFIX, drain_command, responding_command, resume_command
+from reconciler.drivers.node_state import (
+    UPGRADE_PREFIX,
+    drain_command,
+    responding_command,
+    resume_command,
+    state_command,
+)
 from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
 from reconciler.facts.services import control_command
 from reconciler.model import ServiceManager
@@ -34,16 +47,18 @@ def reboot_steps(controller: str, node: str, commit: str | None) -> RebootSteps:
     """How the upgrade takes NODE out, reboots it through Slurm and brings it back (as data)."""
     q = shlex.quote(node)
     show = f"scontrol show node -o {q}"
+    drained = state_command(node, "DRAIN")
     return RebootSteps(
         run_on=controller,
-        drained=f"{show} | grep -Eq 'State=[^ ]*DRAIN'",
-        ours=f"{show} | grep -Eq 'State=[^ ]*DRAIN' && {show} | grep -qF {shlex.quote('Reason=' + UPGRADE_PREFIX)}",
+        drained=drained,
+        ours=(f"{drained} && ! {show} | grep -qF ' NextState=' && "
+              f"{show} | grep -qF {shlex.quote('Reason=' + UPGRADE_PREFIX)}"),
         drain=drain_command(node, upgrade_reason(commit)),
         jobs=f"squeue -h -w {q} -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o %A",
         reboot=f"scontrol reboot {q}",
-        pending=f"{show} | grep -Eq 'State=[^ ]*REBOOT'",
+        pending=state_command(node, "REBOOT"),
         boot_id=BOOT_ID,
-        registered=f"{responding_command(node)} && ! {show} | grep -Eq 'State=[^ ]*REBOOT'",
+        registered=f"{responding_command(node)} && ! {state_command(node, 'REBOOT')}",
         resume=resume_command(node))
 
 
