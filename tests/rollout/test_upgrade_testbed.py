@@ -1,12 +1,12 @@
-"""A driver upgrade that needs a reboot, node by node, on the testbed (real Slurm 22.05, real apt/dpkg over real
-SSH, the testbed's reboot through Slurm's RebootProgram; the packages and nvidia-smi are the testbed's STAND-INS):
-8 nodes move 550 -> 570 with `rollout.upgrade: {max_unavailable: 2}` while jobs run on 2 of them."""
+"""A driver upgrade that needs a reboot, node by node, on the testbed (real Slurm 22.05 and 24.11, real apt/dpkg over
+real SSH, the testbed's reboot through Slurm's RebootProgram; the packages and nvidia-smi are the testbed's
+STAND-INS): 8 nodes move 550 -> 570 with `rollout.upgrade: {max_unavailable: 2}` while jobs run on 2 of them."""
 
 from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cmp_to_key
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.common.versions import deb_compare
 from tests.rollout.upgrade_bed import DRIVER, cli, field, pair
-from tests.testbed_fixture import Testbed
+from tests.testbed_fixture import SLURM_RELEASES, Testbed
 
 pytestmark = pytest.mark.testbed
 NODES = [f"gpu{i:02d}" for i in range(1, 9)]
@@ -31,12 +31,13 @@ UPGRADE = """rollout:
 """
 
 
-@pytest.fixture(scope="module")
-def bed(testbed_factory: Callable[..., Testbed]) -> Testbed:
-    """8 compute nodes, Slurm, the package repository."""
-    testbed = testbed_factory(nodes=8, packages=True)
+@pytest.fixture(scope="module", params=SLURM_RELEASES)
+def bed(request: pytest.FixtureRequest, testbed_factory: Callable[..., Testbed]) -> Iterator[Testbed]:
+    """8 compute nodes, Slurm of each release, the package repository (torn down after the release's test)."""
+    testbed = testbed_factory(nodes=8, packages=True, slurm=request.param)
     testbed.wait_idle(timeout=120)
-    return testbed
+    yield testbed
+    testbed.down()
 
 
 def most_out_at_once(output: str) -> int:
@@ -97,6 +98,8 @@ def test_driver_550_to_570_node_by_node_with_jobs_on_two(bed: Testbed, tmp_path:
                   "echo $s; exit 1")
         state = bed.run("ctl", script, timeout=120)
         assert state.returncode == 0, (node, state.stdout, output)
+        shown = bed.run("ctl", f"scontrol show node {node} -o", check=True).stdout
+        assert field(shown, "NextState") == "", shown  # no reboot left pending (24.11: NextState=UNDRAIN)
         assert output.count(f"upgrade: {node}: resumed") == 1, output
     again = cli("plan", str(desired))
     assert again.returncode == 0 and "no changes" in again.stdout, again.stdout + again.stderr
