@@ -149,6 +149,11 @@ class NodeStateDriver:
                 return change(f"already drained by someone else ({view.reason})")
             return change(f"drain ({wanted})", drain_command(name, wanted))
         if view.drained and ours(view.reason) and not str(view.reason).startswith((*CHECK_PREFIXES, UPGRADE_PREFIX)):
+            if view.next_state:
+                # a pending reboot's drain (`scontrol reboot ASAP`: NextState=UNDRAIN), which Slurm lifts itself;
+                # 24.11 keeps a resumed node's last Reason until a job starts, so our old reason may be on it, and
+                # a resume would cancel the reboot (scontrol.1, 24.11: resume changes a node from REBOOT to IDLE)
+                return change(f"drained for a pending reboot (NextState={view.next_state}): Slurm lifts it")
             return change(f"resume (drain '{view.reason}' is no longer wanted)", resume_command(name))
         return change()
 

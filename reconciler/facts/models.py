@@ -45,6 +45,8 @@ class SlurmNodeFact(BaseModel):
     reason: str | None = None
     version: str | None = Field(default=None, description="The Slurm version its slurmd registered with "
                                 "(`Version=`, e.g. 26.05.5): the running daemon's, not the installed package's")
+    next_state: str | None = Field(default=None, description="`NextState=` (24.11): the state Slurm gives the node "
+                                   "after a pending reboot, e.g. UNDRAIN after `scontrol reboot ASAP`")
 
     @property
     def flags(self) -> set[str]:

@@ -85,7 +85,8 @@ def parse_scontrol_nodes(text: str) -> dict[str, SlurmNodeFact]:
             reason = None
         version = fields.get("Version")
         nodes[fields["NodeName"]] = SlurmNodeFact(name=fields["NodeName"], state=state, reason=reason or None,
-                                                  version=version if version and version != "(null)" else None)
+                                                  version=version if version and version != "(null)" else None,
+                                                  next_state=fields.get("NextState") or None)
     return nodes
 
 

@@ -6,6 +6,7 @@ versions slurmctld and slurmdbd answer with."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from reconciler.desired.loader import load_dir
@@ -15,7 +16,8 @@ from reconciler.drivers.slurm_upgrade import CTLD_PHASE, DBD_PHASE, SLURMD_PHASE
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.report import render_text
-from reconciler.facts.models import ClusterFacts
+from reconciler.facts.models import ClusterFacts, NodeFacts
+from reconciler.facts.parsers import parse_scontrol_nodes
 from tests.desired.upgrade_rules.slurm_state import packages_yaml, plan_for
 from tests.drivers.base_state import write_state
 
@@ -118,3 +120,22 @@ def test_slurms_view_unavailable_is_a_warning_when_the_plan_restarts_slurmctld_f
         said = [m for m in getattr(plan, where) if "Slurm's view unavailable" in m]
         assert len(said) == 1, (plan.errors, plan.warnings)
         assert ("this plan restarts slurmctld first" in said[0]) == replaced, said
+
+
+def test_a_pending_reboots_drain_with_our_old_reason_is_not_resumed(tmp_path: Path) -> None:
+    """24.11 keeps a resumed node's last Reason until a job starts; an admin's `scontrol reboot ASAP` then drains it
+    under our old reason with NextState=UNDRAIN (the recorded 24.11 `reboot` scene, its reason swapped for the
+    rolling restart's). The node-state driver leaves it to Slurm instead of resuming it (which would cancel the
+    reboot); the same line without NextState is resumed as before."""
+    line = next(row for row in (Path(__file__).parents[2] / "fixtures" / "slurm_tools" / "24.11" /
+                                "reboot.scontrol_show_node_o.txt").read_text().splitlines() if "NodeName=gpu01 " in row)
+    assert "NextState=UNDRAIN" in line and "REBOOT_REQUESTED" in line
+    ours = re.sub(r"Reason=.*$", "Reason=reconciler: rolling restart of slurmd [root@2026-11-26T13:15:21]", line)
+    context = Context(loaded=load_dir(write_state(tmp_path / "repo", "")), source="test")
+    for text, resumes in ((ours, False), (ours.replace(" NextState=UNDRAIN", ""), True)):
+        context.facts = ClusterFacts(controller=context.controller, slurm_nodes=parse_scontrol_nodes(text))
+        change = next(c for c in NodeStateDriver().plan(context, context.controller, NodeFacts(node="ctl", reachable=True))
+                      if c.node == "gpu01")
+        assert (change.action == "update") == resumes, change
+        if not resumes:
+            assert "pending reboot (NextState=UNDRAIN)" in change.summary, change.summary
