@@ -139,6 +139,9 @@ def _decide(result: CheckResult, view: SlurmView, policy: Policy, failing: dict[
         return Action(result.node, "drain", result.check, drain_reason(result))
     if not (fact.drained and mine):
         return None
+    if fact.next_state:  # an ASAP reboot's drain under our old reason (24.11): a resume would cancel the reboot
+        return Action(result.node, "keep", result.check, fact.reason,
+                      f"drained for a pending reboot (NextState={fact.next_state}): Slurm lifts it")
     still = [o for o in failing.get(result.node, []) if (o.kind, o.check) != (result.kind, result.check)]
     if still:
         return Action(result.node, "drain", result.check, drain_reason(still[0]),

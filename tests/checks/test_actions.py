@@ -130,3 +130,15 @@ def test_apply_runs_scontrol_on_the_controller_and_updates_the_view() -> None:
     assert v.nodes["gpu02"].drained  # the failed resume left it drained
     assert lines[1] == "resume gpu02 - nightly passed: FAILED ctl: exit 1: slurm_update error: Invalid node state specified"
     assert lines[2] == "keep gpu03 - already drained: maintenance"
+
+
+def test_a_passing_check_leaves_a_pending_reboots_drain_alone() -> None:
+    """24.11: an admin's `scontrol reboot ASAP` on a node still carrying this check's old reason drains it with
+    NextState=UNDRAIN; the passing check keeps it (a resume would cancel the reboot), where it resumes it otherwise."""
+    pending = SCONTROL.replace("NodeName=gpu02 State=IDLE+DRAIN ", "NodeName=gpu02 State=IDLE+DRAIN+REBOOT_REQUESTED "
+                               "NextState=UNDRAIN ")
+    waiting = parse_view(f"@@reconciler-begin nodes\n{pending}@@reconciler-end nodes 0\n"
+                         "@@reconciler-begin jobs\n@@reconciler-end jobs 0\n")
+    kept = plan_actions([result("gpu02", True)], waiting, POLICIES)
+    assert [(a.node, a.kind) for a in kept] == [("gpu02", "keep")] and "pending reboot" in (kept[0].note or "")
+    assert [(a.node, a.kind) for a in plan_actions([result("gpu02", True)], view(), POLICIES)] == [("gpu02", "resume")]
