@@ -347,11 +347,15 @@ class SlurmUpgradeDriver:
                 change.restore = Restore.none(f"slurmctld {ctld.now} → {ctld.after} rewrote its state files: "
                                               f"going back means restoring the StateSaveLocation archive by hand"
                                               + (" and the database backup" if dbd else ""))
-        if slurmd := moved.get("slurmd"):
+        live_raw = (ctx.facts.extra.get(running.FACTS_KEY) or {}).get(node)
+        stopped = live_raw is not None and "slurmd" not in running.RunningSlurm.from_json(live_raw).running
+        if (slurmd := moved.get("slurmd")) and stopped:  # someone's stopped slurmd (or a login node's) stays so
+            words.append("slurmd is not running there: not started")
+        elif slurmd:
             after += steps.restart_slurmd(manager, node, rules.upstream(slurmd.after or ""), daemon_wait)
             words.append("slurmd restarted (running jobs go on) and waited for until it registers at its new "
                          "version")
-        if not (before or after):
+        if not (before or after or words):
             return
         change.ops = [*before, *transaction, *after]
         change.summary += ("; then " if transaction else ": ") + "; ".join(words)

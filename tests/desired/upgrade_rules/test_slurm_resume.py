@@ -139,3 +139,18 @@ def test_a_pending_reboots_drain_with_our_old_reason_is_not_resumed(tmp_path: Pa
         assert (change.action == "update") == resumes, change
         if not resumes:
             assert "pending reboot (NextState=UNDRAIN)" in change.summary, change.summary
+
+
+def test_a_stopped_slurmd_is_upgraded_but_not_started(tmp_path: Path) -> None:
+    """slurmd's package moves on a node where slurmd does not run (stopped by someone, or a login node carrying the
+    package): the transaction goes ahead, slurmd is not started; where it runs it is restarted and waited for."""
+    everywhere = dict.fromkeys(("cpu01", "ctl", "gpu01", "gpu02"), NEW)
+    installed = {"cpu01": NEW, "ctl": NEW, "gpu01": OLD, "gpu02": OLD}
+    plan = plan_for(tmp_path, everywhere, installed, [OLD, NEW], backup=BACKUP,
+                    running={"cpu01": "running slurmdbd\nversion slurmdbd 26.05.5\n",
+                             "ctl": "running slurmctld\nversion slurmctld 26.05.5\n",
+                             "gpu01": "", "gpu02": "running slurmd\n"})
+    moves = {c.node: c for c in plan.changing() if c.driver == "packages"}
+    assert "slurmd is not running there: not started" in moves["gpu01"].summary, moves["gpu01"].summary
+    assert not any("slurmd" in op.description and "restart" in op.description for op in moves["gpu01"].ops)
+    assert any(op.description == "restart slurmd" for op in moves["gpu02"].ops), moves["gpu02"].ops
