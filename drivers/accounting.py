@@ -25,7 +25,9 @@ from reconciler.drivers.accounting_facts import (
     tres,
 )
 from reconciler.drivers.base import unified_diff
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
@@ -38,8 +40,9 @@ SACCTMGR = "sacctmgr -i"
 PROTECTED_QOS = {"normal"}
 PROTECTED_ACCOUNTS = {"root"}
 PROTECTED_USERS = {"root"}
-PHASE_QOS, PHASE_ACCOUNTS, PHASE_USERS = 80, 81, 90
-PHASE_DEL_USERS, PHASE_DEL_ACCOUNTS, PHASE_DEL_QOS = 91, 92, 99
+PHASE_QOS, PHASE_ACCOUNTS, PHASE_USERS = (phase_of(f"accounting_{n}") for n in ("qos", "accounts", "users"))
+PHASE_DEL_USERS, PHASE_DEL_ACCOUNTS, PHASE_DEL_QOS = (phase_of(f"accounting_delete_{n}")
+                                                      for n in ("users", "accounts", "qos"))
 MAX_DEPTH = 6
 
 
@@ -404,7 +407,7 @@ class Planner:
             self._remove_qos(name)
 
 
-class AccountingDriver:
+class AccountingDriver(DriverDefaults):
     """Slurm's accounting database (QOS, accounts, users, limits) against `accounting:`, through sacctmgr."""
 
     name = "accounting"

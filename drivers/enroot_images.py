@@ -5,7 +5,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
@@ -23,11 +25,11 @@ def import_command(image: Image) -> str:
             f"&& mv -f {tmp} {target}")
 
 
-class EnrootImagesDriver:
+class EnrootImagesDriver(DriverDefaults):
     """Imports missing images on their import node."""
 
     name = "enroot_images"
-    phase = 50
+    phase = phase_of("enroot_images")
 
     def _images(self, ctx: Context, node: str) -> list[Image]:
         return [i for i in ctx.state.images if i.import_on == node]

@@ -17,7 +17,9 @@ import shlex
 from reconciler.desired.managed import selects
 from reconciler.drivers import kernel_live
 from reconciler.drivers.base import file_change, is_ours
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import Op, RunCommand, WriteFile
 from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs
 from reconciler.engine.undo import Restore
@@ -62,11 +64,11 @@ def modprobe(name: str, remove: bool = False) -> str:
     return f"modprobe {'-r ' if remove else ''}{shlex.quote(name)}"
 
 
-class KernelModulesDriver:
+class KernelModulesDriver(DriverDefaults):
     """Keeps kernel modules loaded or blacklisted with their options; declares what needs a driver reload."""
 
     name = "kernel_modules"
-    phase = 26  # before managed files and services: a service may need the module and its options
+    phase = phase_of("kernel_modules")
 
     def _modules(self, ctx: Context, node: str) -> list[KernelModule]:
         return [item for item in ctx.state.kernel.modules if selects(ctx.state, item, node)]

@@ -16,8 +16,10 @@ from reconciler.desired.inventory import slurm_node_set
 from reconciler.desired.managed import render, selects
 from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import drain_steps, responding_command
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.drivers.slurmctld_steps import reconfigure_step
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import (
     ORDER_COMPUTE,
     ORDER_CONTROLLER,
@@ -133,11 +135,11 @@ def removal(driver: str, node: str, item: ManagedFile, fact: FileFact | None, ph
     return change
 
 
-class ManagedFilesDriver:
+class ManagedFilesDriver(DriverDefaults):
     """Keeps whole files (inline, from the repository, or templated per node) and notifies what follows."""
 
     name = "managed_files"
-    phase = 30  # with slurm_config: a slurmd restart either asks for runs once, after both wrote their files
+    phase = phase_of("managed_files")
 
     def _files(self, ctx: Context, node: str) -> list[ManagedFile]:
         return [item for item in ctx.state.files if selects(ctx.state, item, node)]

@@ -7,7 +7,9 @@ import shlex
 from reconciler.common import hostlist
 from reconciler.drivers import mountpoints
 from reconciler.drivers.blocks import block_change
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change
 from reconciler.engine.undo import Restore
@@ -41,12 +43,12 @@ def _old_mountpoints(content: str | None) -> list[tuple[str, str]]:
             if len(f) >= 2 and not f[0].startswith("#")]
 
 
-class MountsDriver:
+class MountsDriver(DriverDefaults):
     """Writes the fstab block, mounts what is missing, unmounts what left the block (and removes the empty mount
     points it created for it: drivers/mountpoints.py)."""
 
     name = "mounts"
-    phase = 20
+    phase = phase_of("mounts")
 
     def _mounts(self, ctx: Context, node: str) -> list[Mount]:
         return [m for m in ctx.state.storage.mounts if node in hostlist.expand_set(m.nodes)]

@@ -17,7 +17,9 @@ from collections.abc import Mapping
 
 from reconciler.desired.inventory import slurm_node_set
 from reconciler.drivers.node_state import CONTROLLER_UP, drain_steps, responding_command
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE, FollowUp, service
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
@@ -104,12 +106,12 @@ def read_key(munge: Munge, environ: Mapping[str, str] | None = None) -> MungeKey
     return MungeKey(data, source)
 
 
-class MungeKeyDriver:
+class MungeKeyDriver(DriverDefaults):
     """Keeps /etc/munge/munge.key on every Slurm node equal to the key of the login node, 0400 munge:munge."""
 
     name = "munge_key"
     scope = "cluster"  # one key for the whole cluster: nodes with different keys cannot talk
-    phase = 25
+    phase = phase_of("munge_key")
 
     def __init__(self) -> None:
         self._key: tuple[int, int, MungeKey | MungeKeyError] | None = None  # per plan: (ctx, facts, key)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 
 from reconciler.drivers.blocks import block_change
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
@@ -15,12 +17,12 @@ EXPORTS = "/etc/exports"
 EXPORTFS = "exportfs -ra"
 
 
-class NfsExportsDriver:
+class NfsExportsDriver(DriverDefaults):
     """Keeps the exports of NFS server nodes; a rejected /etc/exports is rolled back."""
 
     name = "nfs_exports"
     scope = "cluster"  # an export serves every node that mounts it
-    phase = 10
+    phase = phase_of("nfs_exports")
 
     def _manages(self, ctx: Context, node: str) -> bool:
         return "nfs-server" in ctx.specs[node].roles or exports_block(ctx.state.storage, node) is not None

@@ -6,7 +6,9 @@ import shlex
 
 from reconciler.desired.inventory import slurm_nodes
 from reconciler.drivers import slurm_running as running
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import DrainSteps, FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
@@ -75,11 +77,11 @@ def desired_reason(reason: str) -> str:
     return f"{REASON_PREFIX} {reason}"
 
 
-class NodeStateDriver:
+class NodeStateDriver(DriverDefaults):
     """Drains nodes the YAML wants drained; resumes nodes it drained itself when no longer wanted."""
 
     name = "node_state"
-    phase = 60
+    phase = phase_of("node_state")
 
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
         """The controller reports Slurm's view of every node and the running jobs."""

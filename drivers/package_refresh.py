@@ -12,6 +12,7 @@ from typing import Literal
 
 from reconciler.desired.managed import selects
 from reconciler.drivers.package_tx import DNF, LOCK_WAIT
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.followups import ORDER_COMMAND, FollowUp, command
 from reconciler.engine.plan import Change, Plan
@@ -20,7 +21,7 @@ from reconciler.facts import packages as pkgfacts
 Manager = Literal["apt", "dnf"]
 # After the managed files (30) and services (35) phases, before the slurmdbd backup (36) and every package
 # transaction (36-39; drivers/slurm_upgrade.py): the follow-ups of phase 35 run after its changes.
-REFRESH_PHASE = 35
+REFRESH_PHASE = phase_of("package_refresh")
 # Files whose change makes the metadata stale: where repositories, their keys, their credentials and the
 # variables in their URLs live (a path equal to an entry, or under one ending in /).
 REPO_PATHS: dict[Manager, tuple[str, ...]] = {

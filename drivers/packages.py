@@ -11,7 +11,9 @@ from reconciler.desired.upgrade_rules import slurm_role
 from reconciler.drivers import package_refresh
 from reconciler.drivers import package_tx as tx
 from reconciler.drivers.package_tx import Move
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs, Plan
@@ -39,13 +41,13 @@ def kind_of(spec: PackageSpec) -> pkgfacts.Kind:
     return "glob" if versions.is_glob(spec.version) else "exact"
 
 
-class PackagesDriver:
+class PackagesDriver(DriverDefaults):
     """Installs, upgrades, downgrades (only when allowed), removes, holds and unholds the packages `packages:`
     names, with the node's package manager, non-interactively; after the managed files and services phases and
     the metadata refresh they make needed (drivers/package_refresh.py)."""
 
     name = "packages"
-    phase = 38
+    phase = phase_of("packages")
 
     def wanted(self, ctx: Context, node: str) -> tuple[dict[str, Wanted], list[str]]:
         """The packages of every entry selecting NODE; and the conflicts (two entries, two specs, one package)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from reconciler.common import hostlist
 from reconciler.drivers.base import file_change, unified_diff
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change
 from reconciler.facts.gather import FactRequest
@@ -26,11 +28,11 @@ def apply_edit(content: str, patch: Patch) -> str:
     raise PatchError(f"patch {patch.name!r} does not apply to {patch.path}: match text not found")
 
 
-class PatchesDriver:
+class PatchesDriver(DriverDefaults):
     """Keeps prolog/epilog and other scripts patched."""
 
     name = "patches"
-    phase = 40
+    phase = phase_of("patches")
 
     def _patches(self, ctx: Context, node: str) -> list[Patch]:
         return [p for p in ctx.state.patches if node in hostlist.expand_set(p.nodes)]

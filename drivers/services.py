@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from reconciler.desired.managed import selects
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change
 from reconciler.engine.undo import Restore
@@ -19,12 +21,12 @@ DISABLED_OK = frozenset({"disabled", "static", "generated", "transient", "indire
 INVERSE: dict[Action, Action] = {"start": "stop", "stop": "start", "enable": "disable", "disable": "enable"}
 
 
-class ServicesDriver:
+class ServicesDriver(DriverDefaults):
     """Starts, stops, enables and disables services as `services:` says; after the managed files' phase and
     its follow-ups (a unit or program written there exists, `daemon-reload`/`supervisorctl update` ran)."""
 
     name = "services"
-    phase = 35
+    phase = phase_of("services")
 
     def _services(self, ctx: Context, node: str) -> list[ManagedService]:
         return [item for item in ctx.state.services if selects(ctx.state, item, node)]

@@ -9,6 +9,7 @@ from reconciler.desired.inventory import slurm_node_set, slurm_nodes
 from reconciler.drivers.base import file_change
 from reconciler.drivers.job_risk import JobKill, cpu_keys_changed, job_kills, slurmd_only
 from reconciler.drivers.node_state import drain_steps, responding_command
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.drivers.slurm_consequences import (
     Consequence,
     conf_file_consequence,
@@ -17,6 +18,7 @@ from reconciler.drivers.slurm_consequences import (
 )
 from reconciler.drivers.slurmctld_steps import RECONFIGURE, controller_steps_ready, reconfigure_step
 from reconciler.engine.context import Context, shared_render
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import (
     ORDER_COMMAND,
     ORDER_COMPUTE,
@@ -67,12 +69,12 @@ def version_mismatch(ctx: Context) -> str | None:
             f"{ctx.state.cluster.slurm_version}; set cluster.slurm_version: \"{family}\"")
 
 
-class SlurmConfigDriver:
+class SlurmConfigDriver(DriverDefaults):
     """Keeps the Slurm configuration files in step with the desired state."""
 
     name = "slurm_config"
     scope = "cluster"  # Slurm's files are read by slurmctld too: they change everywhere at once
-    phase = 30
+    phase = phase_of("slurm_config")
 
     def files_for(self, ctx: Context, node: str) -> list[str]:
         """The Slurm files a node gets."""

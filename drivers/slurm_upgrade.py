@@ -25,7 +25,9 @@ from reconciler.desired import upgrade_rules as rules
 from reconciler.drivers import slurm_running as running
 from reconciler.drivers import slurm_upgrade_steps as steps
 from reconciler.drivers.packages import PackagesDriver, Wanted
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change, Plan
@@ -37,7 +39,8 @@ from reconciler.facts.models import ClusterFacts, NodeFacts
 from reconciler.model.bounds import parse_duration
 from reconciler.render.files import file_path
 
-BACKUP_PHASE, DBD_PHASE, CTLD_PHASE, SLURMD_PHASE = 36, 37, 38, 39
+BACKUP_PHASE, DBD_PHASE, CTLD_PHASE, SLURMD_PHASE = (phase_of(n) for n in ("slurmdbd_backup", "slurmdbd", "slurmctld",
+                                                                            "slurmd"))
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 TIERS = {"slurmdbd": 1, "slurmctld": 2, "slurmd": 3}
 
@@ -211,7 +214,7 @@ def _skew(everything: list[SlurmPackage], stage_of: dict[str, int]) -> list[str]
     return out
 
 
-class SlurmUpgradeDriver:
+class SlurmUpgradeDriver(DriverDefaults):
     """Orders the Slurm package transactions of a plan (slurmdbd after its backup, controllers, slurmd) or refuses
     them naming the rule; marks the nodes whose reboot waits for running jobs."""
 

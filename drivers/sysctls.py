@@ -14,7 +14,9 @@ import shlex
 from reconciler.desired.managed import selects
 from reconciler.drivers import kernel_live
 from reconciler.drivers.base import file_change, is_ours
+from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.plan import NEEDS_TEXT, Change
 from reconciler.engine.undo import Restore
@@ -31,11 +33,11 @@ def set_command(key: str, value: str) -> str:
     return f"sysctl -w {shlex.quote(f'{key}={value}')}"
 
 
-class SysctlsDriver:
+class SysctlsDriver(DriverDefaults):
     """Keeps sysctl values in sysctl.d and live."""
 
     name = "sysctls"
-    phase = 27
+    phase = phase_of("sysctls")
 
     def wanted(self, ctx: Context, node: str) -> dict[str, tuple[str, bool]]:
         """key -> (value, needs a reboot) for NODE (two entries giving one key two values are a load error)."""

@@ -176,3 +176,27 @@ def test_readme_map_names_every_layer() -> None:
     named = re.findall(r"^\s*(?:reconciler/)?([a-z_]+)/\s", section, re.M)
     order = [name for name in named if name in LAYERS]
     assert order == [name for name in reversed(LAYERS)] or order == list(LAYERS)
+
+
+_ON_A_DRIVER = re.compile(r"\b(?:getattr|hasattr)\(\s*(?:driver|d|drv)\b")
+_PHASE_NUMBER = re.compile(r"^\s*(?:phase|[A-Z_]*PHASE[A-Z_]*)\s*=\s*\d+\b", re.M)
+
+
+def test_the_driver_contract_is_called_never_looked_up() -> None:
+    """The engine calls the contract of reconciler/engine/driver.py: no getattr/hasattr on a driver anywhere."""
+    found = [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+             for path in python_files("reconciler", "drivers", "checks")
+             for text in [path.read_text()] for m in _ON_A_DRIVER.finditer(text)]
+    assert found == [], found
+
+
+def test_phase_numbers_live_in_the_phase_table() -> None:
+    """Every driver's place in the apply order is read from drivers/phases.py; no module writes a phase number."""
+    found = [str(path.relative_to(REPO)) for path in python_files("drivers")
+             if path.name != "phases.py" and _PHASE_NUMBER.search(path.read_text())]
+    assert found == [], found
+    from reconciler.drivers import all_drivers
+    from reconciler.drivers.phases import PHASES
+    numbers = {p.number for p in PHASES.values()}
+    assert all(d.phase in numbers for d in all_drivers())
+    assert all(p.why for p in PHASES.values())

@@ -1,14 +1,24 @@
-"""The driver protocol: what the engine asks of every managed kind. Drivers (drivers/) implement it; the engine
-imports no driver, its callers pass the list (`drivers.all_drivers()`)."""
+"""The driver contract, whole: everything the engine may call on a managed kind. Drivers (drivers/) implement it;
+the engine imports no driver, its callers pass the list (`drivers.all_drivers()`).
+
+Required: `name`, `phase` (its place in drivers/phases.py), `request` (the facts it needs on a node) and `plan`
+(the node's changes). Optional, with their defaults in `DriverDefaults` (a driver subclasses it and overrides
+what it needs): `scope` (`cluster`: every change of the driver must be the same everywhere, one gated wave),
+`absorb` (cluster-wide facts read from one node's answers) and `followups` (steps, and refusals or order, from
+the whole plan). The engine calls these directly; nothing is looked up with getattr (tests/test_layout.py).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from reconciler.engine.context import Context
-from reconciler.engine.plan import Change
+from reconciler.engine.followups import FollowUp
+from reconciler.engine.plan import Change, Plan
 from reconciler.facts.gather import FactRequest
-from reconciler.facts.models import NodeFacts
+from reconciler.facts.models import ClusterFacts, NodeFacts
+
+Scope = Literal["node", "cluster"]
 
 
 class Driver(Protocol):
@@ -17,8 +27,33 @@ class Driver(Protocol):
     name: str
     phase: int
 
+    @property
+    def scope(self) -> Scope:
+        """`cluster` when the driver's changes must be the same on every node."""
+
     def request(self, ctx: Context, node: str, req: FactRequest) -> None:
         """Add to the node's fact request what this driver needs."""
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """Compare facts with the desired state and return the node's changes."""
+
+    def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
+               commands: dict[str, dict]) -> None:
+        """Keep what one node's answers say for the whole cluster (ValueError etc.: the answer is unreadable)."""
+
+    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
+        """Steps that follow from the whole plan; may add warnings and errors, and order or refuse changes."""
+
+
+class DriverDefaults:
+    """The optional parts of the contract with their defaults."""
+
+    scope: Scope = "node"
+
+    def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
+               commands: dict[str, dict]) -> None:
+        """Nothing cluster-wide to keep."""
+
+    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
+        """No steps from the whole plan."""
+        return []

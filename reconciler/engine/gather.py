@@ -92,11 +92,8 @@ def gather(ctx: Context, transport: Transport, drivers: Sequence[Driver]) -> Clu
         facts, commands = parse_node_facts(ctx, name, results[name], requests[name].services)
         cluster.nodes[name] = facts
         for driver in drivers:  # cluster-wide facts a driver reads from one node's answers (e.g. the scheduler's view)
-            absorb = getattr(driver, "absorb", None)
-            if absorb is None:
-                continue
             try:
-                absorb(ctx, cluster, name, facts, commands)
+                driver.absorb(ctx, cluster, name, facts, commands)
             except (ValueError, TypeError, KeyError, IndexError) as exc:  # a hostile or broken answer: bounded
                 facts.reachable = False
                 facts.error = f"unreadable facts ({type(driver).__name__}): {str(exc)[:200]}"

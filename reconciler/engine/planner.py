@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from reconciler.desired.risks import risk_warnings
 from reconciler.engine.context import Context
@@ -26,10 +25,9 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
                                        summary=f"unreachable: {why}"))
             continue
         for driver in drivers:
-            # a driver whose resources must match cluster-wide says so
-            scope: Literal["node", "cluster"] = "cluster" if getattr(driver, "scope", "node") == "cluster" else "node"
             for change in driver.plan(ctx, spec.name, facts):
-                change.scope = scope
+                if driver.scope == "cluster":  # a driver whose resources must match cluster-wide says so
+                    change.scope = "cluster"  # (a change's own scope, e.g. accounting's cluster, is kept)
                 plan.changes.append(change)
     owed, unreadable = read_owed(ctx)
     plan.changes += [c for c in unreadable if ctx.limit is None or c.node in ctx.limit]
@@ -47,9 +45,7 @@ def plan_followups(ctx: Context, plan: Plan, drivers: Sequence[Driver]) -> list[
     """
     steps = [step for change in plan.changing() for step in change.followups]
     for driver in drivers:
-        conclude = getattr(driver, "followups", None)
-        if conclude is not None:
-            steps += conclude(ctx, plan)
+        steps += driver.followups(ctx, plan)
     return merge(steps)
 
 
