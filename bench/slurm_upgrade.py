@@ -36,22 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, log, machine, median, python_env, reconciler_argv
+from tests.rollout.slurm_upgrade_bed import BACKUP, COMPUTE_PACKAGES, CTL_PACKAGES, ROLLOUT, pins
 
 TESTBED = REPO / "deploy" / "testbed" / "testbed"
 NAME, SUBNET = "bsu", "10.249.0"
-CTL_PACKAGES = ["slurmdbd", "slurm-wlm-mysql-plugin", "slurmctld", "slurm-client", "slurm-wlm-basic-plugins"]
-COMPUTE_PACKAGES = ["slurmd", "slurm-client", "slurm-wlm-basic-plugins"]
-BACKUP = ("mkdir -p /var/backups && mysqldump --single-transaction --databases slurm_acct_db "
-          "> /var/backups/slurm_acct_db.sql")
-ROLLOUT = f"""rollout:
-  waves: progressive
-  canary: 1
-  steps: ["100%"]
-  soak: 0s
-  gates: {{smoke_job: false, timeout: 2m}}
-  slurm_upgrade:
-    backup: "{BACKUP}"
-"""
 STREAM = "/root/stream.log"
 
 
@@ -68,12 +56,6 @@ def on(node: str, command: str, check: bool = True, timeout: float = 600) -> str
     return testbed("exec", "--name", NAME, node, command, check=check, timeout=timeout)
 
 
-def pins(version: str, computes: str) -> str:
-    """packages.yaml: every Slurm package at VERSION."""
-    def entry(where: str, names: list[str]) -> str:
-        return f'  - nodes: "{where}"\n    packages:\n' + "".join(f'      {n}: "{version}"\n' for n in names)
-    return "packages:\n" + entry("ctl", CTL_PACKAGES) + entry(computes, COMPUTE_PACKAGES)
-
 
 def up(nodes: int) -> tuple[Path, dict[str, str]]:
     """A fresh 24.11 testbed; its desired state copied and applied with the Slurm packages pinned where they are;
@@ -85,7 +67,7 @@ def up(nodes: int) -> tuple[Path, dict[str, str]]:
     desired = Path(tempfile.mkdtemp(prefix="bench-slurm-upgrade-")) / "desired"
     shutil.copytree(state, desired)
     (desired / "rollout.yaml").write_text("rollout:\n  waves: all\n")
-    (desired / "packages.yaml").write_text(pins(releases["24.11"], f"gpu[01-{nodes:02d}]"))
+    (desired / "packages.yaml").write_text(pins(releases["24.11"], releases["24.11"], f"gpu[01-{nodes:02d}]"))
     first = subprocess.run(reconciler_argv("apply", "--yes", str(desired)), capture_output=True, text=True,
                            env=python_env(), timeout=900)
     if first.returncode != 0:
@@ -111,7 +93,7 @@ def start_jobs(nodes: int) -> tuple[str, subprocess.Popen[bytes]]:
 def reconciler_upgrade(desired: Path, new: str, nodes: int) -> dict[str, Any]:
     """Apply the upgrade commit; every output line with the host's time it arrived."""
     (desired / "rollout.yaml").write_text(ROLLOUT)
-    (desired / "packages.yaml").write_text(pins(new, f"gpu[01-{nodes:02d}]"))
+    (desired / "packages.yaml").write_text(pins(new, new, f"gpu[01-{nodes:02d}]"))
     started = datetime.now()
     proc = subprocess.Popen(reconciler_argv("apply", "--yes", str(desired)), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=python_env())

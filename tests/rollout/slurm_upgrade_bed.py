@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
-from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.testbed_fixture import Testbed
-from tests.transport.sshd_server import free_port
 
 NODES = ["gpu01", "gpu02", "gpu03"]
 CTL_PACKAGES = ["slurmdbd", "slurm-wlm-mysql-plugin", "slurmctld", "slurm-client", "slurm-wlm-basic-plugins"]
@@ -114,26 +110,3 @@ class StateWatch(threading.Thread):
         return self.seen
 
 
-def daemon(root: Path, remote: GitRemote, state_dir: Path, n: int, failpoints: str = "") -> DaemonProcess:
-    """`reconciler run` (enforce, 1 s polls) on REMOTE with STATE_DIR; FAILPOINTS: RECONCILER_FAILPOINTS."""
-    config = write_config(root / f"config{n}.yaml", repository={"url": str(remote.bare), "branch": "main"},
-                          mode="enforce", poll_interval="1s", drift_interval="1h", state_dir=str(state_dir),
-                          metrics_listen=f"127.0.0.1:{free_port()}", log_format="json",
-                          retry={"initial": "2s", "max": "10s"}, checks_after_apply=False)
-    return DaemonProcess(config=config, state_dir=state_dir, log_path=root / f"daemon{n}.log",
-                         env={"RECONCILER_FAILPOINTS": failpoints} if failpoints else {}).start()
-
-
-def poll(what: str, done: Callable[[], object], timeout: float, every: float = 0.2) -> object:
-    """DONE()'s first truthy value, polled (bounded)."""
-    deadline = threading.Event()
-    timer = threading.Timer(timeout, deadline.set)
-    timer.start()
-    try:
-        while not deadline.is_set():
-            if value := done():
-                return value
-            deadline.wait(every)
-    finally:
-        timer.cancel()
-    raise AssertionError(f"not within {timeout:.0f}s: {what}")

@@ -28,17 +28,15 @@ from tests.rollout.slurm_upgrade_bed import (
     ROLLOUT,
     SLURMD_LOG,
     StateWatch,
-    daemon,
     installed,
     installed_at,
     job_state,
     pins,
-    poll,
     running_versions,
     started_at,
     upstream,
 )
-from tests.rollout.upgrade_bed import cli, field
+from tests.rollout.upgrade_bed import cli, daemon, field, poll
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]

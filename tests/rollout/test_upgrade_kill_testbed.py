@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from collections.abc import Callable
 from functools import cmp_to_key
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from reconciler.common.versions import deb_compare
-from tests.daemon.harness import DaemonProcess, GitRemote, write_config
+from tests.daemon.harness import GitRemote
 from tests.rollout.conftest import journal
-from tests.rollout.upgrade_bed import DRIVER, FM, cli, pair
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, daemon, pair, poll
 from tests.testbed_fixture import Testbed
-from tests.transport.sshd_server import free_port
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(600)]
 NODES = ["gpu01", "gpu02", "gpu03"]
@@ -45,16 +42,6 @@ CTL_LOG = "/var/log/slurm/slurmctld.log"
 # done within a second of the request, it seems); Slurm marks it DOWN after ResumeTimeout (60 s) and returns it
 # (ReturnToService=2) without the drain within about 100 s: the machine must then drain it again (not time out).
 
-
-def poll(what: str, done: Callable[[], Any], timeout: float) -> Any:
-    """DONE()'s first truthy value, polled (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = done()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:.0f}s: {what}")
 
 
 def node_states(state_dir: Path) -> dict[str, str]:
@@ -94,15 +81,6 @@ def ubed(testbed_factory: Callable[..., Testbed], tmp_path: Path) -> tuple[Testb
     assert first.returncode == 0, first.stdout + first.stderr
     return bed, GitRemote.create(tmp_path, desired), old, new
 
-
-def daemon(root: Path, remote: GitRemote, state_dir: Path, n: int, failpoints: str = "") -> DaemonProcess:
-    """`reconciler run` (enforce, 1 s polls) on REMOTE with STATE_DIR; FAILPOINTS: RECONCILER_FAILPOINTS."""
-    config = write_config(root / f"config{n}.yaml", repository={"url": str(remote.bare), "branch": "main"},
-                          mode="enforce", poll_interval="1s", drift_interval="1h", state_dir=str(state_dir),
-                          metrics_listen=f"127.0.0.1:{free_port()}", log_format="json",
-                          retry={"initial": "2s", "max": "10s"}, checks_after_apply=False)
-    return DaemonProcess(config=config, state_dir=state_dir, log_path=root / f"daemon{n}.log",
-                         env={"RECONCILER_FAILPOINTS": failpoints} if failpoints else {}).start()
 
 
 @pytest.mark.parametrize("kill_at", ["journal-rebooting", "upgrade.reboot-issued", "shutting-down"])

@@ -28,8 +28,7 @@ from reconciler.common.versions import deb_compare
 from reconciler.forge.rolled_back import banner
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.rollout.conftest import Webhook, journal
-from tests.rollout.test_upgrade_kill_testbed import poll
-from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, package_bed, pair
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, package_bed, pair, poll
 from tests.testbed_fixture import Testbed
 from tests.transport.sshd_server import free_port
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from tests.daemon.harness import DaemonProcess, GitRemote, write_config
 from tests.testbed_fixture import Testbed
+from tests.transport.sshd_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER, FM = "nvidia-driver-standin", "nvidia-fabricmanager-standin"
@@ -37,3 +41,24 @@ def cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """The reconciler CLI, run from the checkout."""
     return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
+
+
+def poll(what: str, done: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:
+    """DONE()'s first truthy value, polled every EVERY seconds (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = done()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def daemon(root: Path, remote: GitRemote, state_dir: Path, n: int, failpoints: str = "") -> DaemonProcess:
+    """`reconciler run` (enforce, 1 s polls) on REMOTE with STATE_DIR; FAILPOINTS: RECONCILER_FAILPOINTS."""
+    config = write_config(root / f"config{n}.yaml", repository={"url": str(remote.bare), "branch": "main"},
+                          mode="enforce", poll_interval="1s", drift_interval="1h", state_dir=str(state_dir),
+                          metrics_listen=f"127.0.0.1:{free_port()}", log_format="json",
+                          retry={"initial": "2s", "max": "10s"}, checks_after_apply=False)
+    return DaemonProcess(config=config, state_dir=state_dir, log_path=root / f"daemon{n}.log",
+                         env={"RECONCILER_FAILPOINTS": failpoints} if failpoints else {}).start()
