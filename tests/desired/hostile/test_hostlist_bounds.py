@@ -3,13 +3,13 @@
 Generated expressions of random shape (items, bracket groups, ranges, lists inside groups): the size computed
 without expanding equals the expansion's length when it is within the bound; over the bound, expand refuses at
 once (no expansion is built). A desired state whose distinct hostlists add up past the state bound is refused
-with file:line. Every refusal happens in well under a second.
+with file:line. No refusal builds a single name first.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
@@ -42,16 +42,16 @@ def test_count_equals_expansion_length(expr: str) -> None:
 
 @given(st.lists(HUGE_GROUP, min_size=2, max_size=12), st.integers(1, 200))
 def test_products_over_the_bound_are_refused_at_once(groups: list[str], items: int) -> None:
-    """Several bracket groups (a product up to 10^108 names), repeated in many items: refused in milliseconds."""
+    """Several bracket groups (a product up to 10^108 names), repeated in many items: refused before expanding."""
     expr = ",".join(f"n{i}" + "x".join(groups) for i in range(items))
     if hostlist.count(expr) <= hostlist.MAX_EXPRESSION:
         return
-    started = time.perf_counter()
-    with pytest.raises(hostlist.HostlistError, match=f"more than {hostlist.MAX_EXPRESSION} names"):
-        hostlist.expand(expr)
-    with pytest.raises(hostlist.HostlistError):
-        hostlist.expand_set(expr)
-    assert time.perf_counter() - started < 0.5
+    # "At once" means before any name is built: expanding an item is made to fail, so reaching it would show.
+    with patch.object(hostlist, "_expand_item", side_effect=AssertionError("expanded before refusing")):
+        with pytest.raises(hostlist.HostlistError, match=f"more than {hostlist.MAX_EXPRESSION} names"):
+            hostlist.expand(expr)
+        with pytest.raises(hostlist.HostlistError, match="refused before expanding"):
+            hostlist.expand_set(expr)
 
 
 def test_budget_counts_distinct_expressions_once() -> None:
@@ -75,10 +75,18 @@ def test_many_expressions_in_one_state_are_refused_with_file_line(tmp_path: Path
     patches = "".join(f"  - name: p{i}\n    path: /etc/p{i}\n    nodes: n{i}x[1-60000]\n    content: x\n"
                       for i in range(300))
     (desired / "zz-many.yaml").write_text("patches:\n" + patches)
-    started = time.perf_counter()
-    with pytest.raises(DesiredStateError) as caught:
+    built: list[int] = []
+    real = hostlist._expand_item
+
+    def counted(item: str, expr: str) -> list[str]:
+        names = real(item, expr)
+        built.append(len(names))
+        return names
+
+    hostlist.clear_cache()
+    with patch.object(hostlist, "_expand_item", side_effect=counted), pytest.raises(DesiredStateError) as caught:
         load_dir(desired)
-    assert time.perf_counter() - started < 5  # 1 s on an idle machine (bench), slack for shared CI cores
+    assert sum(built) <= hostlist.MAX_TOTAL  # the refused ones were never built: only what fits the budget was
     bound = [e for e in caught.value.errors if "names in all" in e.message]
     assert bound and all(e.location is not None and e.location.file == "zz-many.yaml" for e in bound)
     assert bound[0].key_path().startswith("patches[")
