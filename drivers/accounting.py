@@ -28,9 +28,9 @@ from reconciler.drivers.base import unified_diff
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import PlanEdit, Refuse, Warn
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts
 from reconciler.model import Accounting, AccountSpec, QosSpec, UserSpec
@@ -420,29 +420,28 @@ class AccountingDriver(DriverDefaults):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """The controller's answer, parsed, under ClusterFacts.extra['accounting']."""
+        """The controller's answer, parsed (an AccountingFacts kept for the controller)."""
         if ctx.state.accounting is None or node != ctx.controller:
             return
         if not facts.reachable:
-            cluster.extra[FACTS_KEY] = AccountingFacts(error=f"controller unreachable: {facts.error}").to_json()
+            cluster.keep(node, AccountingFacts(error=f"controller unreachable: {facts.error}"))
             return
         answer = commands.get(FACTS_KEY, {})
-        cluster.extra[FACTS_KEY] = parse_accounting(answer.get("stdout", "") + answer.get("stderr", "")).to_json()
+        cluster.keep(node, parse_accounting(answer.get("stdout", "") + answer.get("stderr", "")))
 
     def facts_of(self, ctx: Context) -> AccountingFacts | None:
         """The accounting facts gathered for this plan, if any."""
-        data = ctx.facts.extra.get(FACTS_KEY)
-        return AccountingFacts.from_json(data) if data is not None else None
+        return ctx.facts.kept_of(AccountingFacts, ctx.controller)
 
-    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
-        """No steps of its own; an unreadable accounting database is a plan error (nothing planned for it)."""
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """An unreadable accounting database is a plan error (nothing planned for it)."""
         actual = self.facts_of(ctx)
         if ctx.state.accounting is not None and actual is not None and actual.error:
             message = f"accounting: {actual.error}: accounts, users and QOS not planned"
             # the plan writes the first slurm.conf: no Slurm to ask yet (the next run plans the accounting)
             first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf")
                                and c.action == "create" for c in plan.changes)
-            (plan.warnings if first_config else plan.errors).append(message)
+            return [Warn(message) if first_config else Refuse(message)]
         return []
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:

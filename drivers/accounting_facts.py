@@ -100,17 +100,8 @@ class AccountingFacts:
         return {a.account: a for a in self.assocs if a.user == user}
 
     def to_json(self) -> dict[str, Any]:
-        """Plain values, for ClusterFacts.extra."""
+        """Plain values (ClusterFacts.kept's JSON form)."""
         return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AccountingFacts:
-        """Back from plain values."""
-        return cls(qos={k: Qos(**v) for k, v in data.get("qos", {}).items()},
-                   accounts={k: tuple(v) for k, v in data.get("accounts", {}).items()},  # type: ignore[misc]
-                   assocs=[Assoc(**a) for a in data.get("assocs", [])],
-                   users={k: tuple(v) for k, v in data.get("users", {}).items()},  # type: ignore[misc]
-                   jobs=[Job(**j) for j in data.get("jobs", [])], error=data.get("error"))
 
 
 def _rows(text: str, width: int) -> list[list[str]]:

@@ -1,12 +1,14 @@
 """Live kernel values for the kernel drivers: /sys/module and /proc/sys files, read inside the fact script.
 
 Each driver asks for its paths under its own snippet name; the answer (path -> text, None when the path does not
-exist, or {"error": ...}) is kept under ClusterFacts.extra[name][node]. A directory reads as "" (present).
+exist, or {"error": ...}) is kept per node as the driver's own LiveValues type (LiveSysctls, LiveModules). A
+directory reads as "" (present).
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Any
 
 from reconciler.engine.context import Context
@@ -16,6 +18,25 @@ from reconciler.facts.models import ClusterFacts, NodeFacts
 MAX_VALUE = 4096  # what is read of one value (a sysctl or module parameter is short)
 MAX_PATHS = 10_000
 MAX_FILE = 65536  # what is read of a listed file (our modprobe.d files are a few lines)
+
+
+@dataclass(frozen=True)
+class LiveValues:
+    """One node's answer to a kernel snippet: path -> text, None when absent, {"error": ...}; None: unreadable."""
+
+    values: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (ClusterFacts.kept's JSON form)."""
+        return {"values": self.values}
+
+
+class LiveSysctls(LiveValues):
+    """The /proc/sys values the sysctls driver read."""
+
+
+class LiveModules(LiveValues):
+    """The /sys/module values (and our modprobe.d files) the kernel-modules driver read."""
 
 
 def snippet(paths: list[str], listing: tuple[str, str, str] | None = None) -> str:
@@ -77,17 +98,17 @@ def parse(answer: Any) -> dict[str, Any] | None:
     return out
 
 
-def absorb(name: str, cluster: ClusterFacts, node: str, facts: NodeFacts, commands: dict[str, dict]) -> None:
-    """Keep NODE's answer to snippet NAME under ClusterFacts.extra[NAME] (nothing when it was not asked)."""
+def absorb(name: str, kind: type[LiveValues], cluster: ClusterFacts, node: str, facts: NodeFacts,
+           commands: dict[str, dict]) -> None:
+    """Keep NODE's answer to snippet NAME as a KIND (nothing when it was not asked)."""
     if facts.reachable and name in commands:
-        cluster.extra.setdefault(name, {})[node] = parse(commands[name])
+        cluster.keep(node, kind(parse(commands[name])))
 
 
-def live(ctx: Context, name: str, node: str) -> dict[str, Any] | None:
-    """NODE's live values read by snippet NAME; None when they were not gathered or were unreadable."""
-    answers = ctx.facts.extra.get(name) or {}
-    value = answers.get(node)
-    return value if isinstance(value, dict) else None
+def live(ctx: Context, kind: type[LiveValues], node: str) -> dict[str, Any] | None:
+    """NODE's live values of KIND; None when they were not gathered or were unreadable."""
+    found = ctx.facts.kept_of(kind, node)
+    return found.values if found is not None else None
 
 
 def normalised(text: str) -> str:

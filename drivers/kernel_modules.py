@@ -84,12 +84,12 @@ class KernelModulesDriver(DriverDefaults):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """The live values (and our modprobe.d files) of NODE, kept under ClusterFacts.extra."""
-        kernel_live.absorb(FACTS_KEY, cluster, node, facts, commands)
+        """The live values (and our modprobe.d files) of NODE, kept as LiveModules."""
+        kernel_live.absorb(FACTS_KEY, kernel_live.LiveModules, cluster, node, facts, commands)
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """Per module its file change and its load, unload or reload; then our files no module names."""
-        live = kernel_live.live(ctx, FACTS_KEY, node)
+        live = kernel_live.live(ctx, kernel_live.LiveModules, node)
         changes: list[Change] = []
         wanted = set()
         for module in self._modules(ctx, node):

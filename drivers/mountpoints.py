@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 from reconciler.desired.targets import SYSTEM_DIRS
@@ -21,7 +22,7 @@ from reconciler.facts.models import ClusterFacts, NodeFacts
 from reconciler.model.values import clean_abs_path
 
 RECORD = "/var/lib/reconciler/mountpoints-created"
-FACTS_KEY = "mountpoints_created"  # the fact snippet's name, and its key in ClusterFacts.extra (node -> answer)
+FACTS_KEY = "mountpoints_created"  # the fact snippet's name (its answer is kept as CreatedMountpoints)
 STATUSES = ("empty", "full", "absent", "mounted")
 MAX_ENTRIES = 10_000
 PATH_MAX = 4096  # the longest path Linux takes
@@ -82,6 +83,17 @@ def remove_command(mountpoint: str, record: str = RECORD) -> str:
             f"{{ grep -vxF -- {mp} {rec} > {rec}.new || true; }} && mv -f {rec}.new {rec}")
 
 
+@dataclass(frozen=True)
+class CreatedMountpoints:
+    """One node's mount points the driver created, by status (empty, full, absent, mounted)."""
+
+    paths: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (ClusterFacts.kept's JSON form)."""
+        return {"paths": dict(sorted(self.paths.items()))}
+
+
 def parse_answer(answer: Any) -> dict[str, str]:
     """The snippet's answer: clean absolute paths with a known status (anything else a node says is dropped)."""
     if not isinstance(answer, dict) or answer.get("rc") != 0 or not isinstance(answer.get("stdout", ""), str):
@@ -105,14 +117,15 @@ def parse_answer(answer: Any) -> dict[str, str]:
 
 
 def absorb(cluster: ClusterFacts, node: str, facts: NodeFacts, commands: dict[str, dict]) -> None:
-    """Keep NODE's created mount points under ClusterFacts.extra (nothing when the node did not answer)."""
+    """Keep NODE's created mount points as CreatedMountpoints (nothing when the node did not answer)."""
     if facts.reachable and FACTS_KEY in commands:
-        cluster.extra.setdefault(FACTS_KEY, {})[node] = parse_answer(commands[FACTS_KEY])
+        cluster.keep(node, CreatedMountpoints(parse_answer(commands[FACTS_KEY])))
 
 
 def created(ctx: Context, node: str) -> dict[str, str]:
     """NODE's mount points the driver created: path -> empty, full, absent or mounted."""
-    return dict((ctx.facts.extra.get(FACTS_KEY) or {}).get(node) or {})
+    found = ctx.facts.kept_of(CreatedMountpoints, node)
+    return dict(found.paths) if found is not None else {}
 
 
 def removals(node: str, ours: dict[str, str], keep: set[str], driver: str, phase: int) -> list[Change]:

@@ -23,6 +23,7 @@ from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE, FollowUp, service
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import PlanEdit, Warn
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import FileFact, NodeFacts
 from reconciler.model import Munge
@@ -148,6 +149,13 @@ class MungeKeyDriver(DriverDefaults):
                            summary=str(key))]
         return [key_change(self.name, node, facts.files.get(KEY_PATH), key, self.phase)]
 
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """A pull request's plan reads no secrets: says the key was not compared."""
+        if ctx.state.munge is not None and not ctx.read_secrets:
+            return [Warn(f"munge key ({describe_source(ctx.state.munge)}) not compared: a pull request's plan "
+                         "reads no secrets; a key change shows in the cluster's own plan")]
+        return []
+
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """munge restarts where the key changed (all at once), then slurmctld, then slurmd rolling, drained first."""
         munge = ctx.state.munge
@@ -156,8 +164,6 @@ class MungeKeyDriver(DriverDefaults):
         if munge is None:
             return []
         if not ctx.read_secrets:
-            plan.warnings.append(f"munge key ({describe_source(munge)}) not compared: a pull request's plan reads "
-                                 "no secrets; a key change shows in the cluster's own plan")
             return []
         if not isinstance(key, MungeKey):
             return []

@@ -9,9 +9,10 @@ from reconciler.drivers import slurm_running as running
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import DrainSteps, FollowUp
+from reconciler.engine.followups import DrainSteps
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import PlanEdit, Refuse, Warn
 from reconciler.engine.undo import Restore
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts, SlurmNodeFact
@@ -104,9 +105,9 @@ class NodeStateDriver(DriverDefaults):
         cluster.slurm_nodes = parse_scontrol_nodes(nodes.get("stdout", ""))
         cluster.jobs = parse_squeue(commands.get("squeue", {}).get("stdout", ""))
 
-    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
-        """No steps of its own; says when Slurm's view of the nodes could not be read (an error, unless the
-        plan writes the first slurm.conf: then there is no Slurm to ask yet)."""
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """Says when Slurm's view of the nodes could not be read (an error, unless the plan writes the first
+        slurm.conf: then there is no Slurm to ask yet)."""
         if ctx.facts.slurm_view_error and ctx.facts.slurm_nodes == {}:
             message = f"Slurm's view unavailable ({ctx.facts.slurm_view_error.strip()}): node states not planned"
             first_config = any(c.node == ctx.controller and c.resource.endswith("/slurm.conf")
@@ -118,7 +119,7 @@ class NodeStateDriver(DriverDefaults):
                         if c.node == ctx.controller and running.restarts(c.resource, c.driver, "slurmctld")]
             if restarts:
                 message += f"; this plan restarts slurmctld first ({restarts[0].summary})"
-            (plan.warnings if first_config or restarts else plan.errors).append(message)
+            return [Warn(message) if first_config or restarts else Refuse(message)]
         return []
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:

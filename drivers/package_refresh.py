@@ -16,6 +16,7 @@ from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.followups import ORDER_COMMAND, FollowUp, command
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import Add, PlanEdit, Replace
 from reconciler.facts import packages as pkgfacts
 
 Manager = Literal["apt", "dnf"]
@@ -56,8 +57,7 @@ def _age_text(seconds: int) -> str:
 
 
 def _facts(ctx: Context, node: str) -> pkgfacts.PackageFacts | None:
-    raw = (ctx.facts.extra.get(pkgfacts.FACTS_KEY) or {}).get(node)
-    return None if raw is None else pkgfacts.PackageFacts.from_json(raw)
+    return ctx.facts.kept_of(pkgfacts.PackageFacts, node)
 
 
 def _manager(found: pkgfacts.PackageFacts | None) -> Manager | None:
@@ -96,13 +96,15 @@ def reasons(ctx: Context, plan: Plan, node: str) -> dict[Manager, list[str]]:
     return out
 
 
-def plan_refreshes(ctx: Context, plan: Plan, driver: str, replan: NodePlanner) -> list[FollowUp]:
+def plan_refreshes(ctx: Context, plan: Plan, driver: str, replan: NodePlanner) -> tuple[list[FollowUp],
+                                                                                      list[PlanEdit]]:
     """The refresh steps of the plan, each node's with the package manager its packages use (its package facts;
     else its inventory package_manager; else none: a repository file of the other manager, or of a node whose
-    manager is unknown, refreshes nothing); on each node refreshed, its package changes made again by
-    REPLAN(ctx, node, refresh=True) (a version the repositories do not offer yet is installed after the refresh
-    instead of being an error) in place of DRIVER's."""
+    manager is unknown, refreshes nothing); and the edits putting, on each node refreshed, its package changes
+    made again by REPLAN(ctx, node, refresh=True) (a version the repositories do not offer yet is installed after
+    the refresh instead of being an error) in place of DRIVER's."""
     steps: list[FollowUp] = []
+    edits: list[PlanEdit] = []
     for spec in ctx.targets():
         node = spec.name
         facts = ctx.facts.nodes.get(node)
@@ -121,18 +123,17 @@ def plan_refreshes(ctx: Context, plan: Plan, driver: str, replan: NodePlanner) -
                     why.setdefault(backend, []).append(
                         f"packages[{updating[0]}] update_cache: before the node's package transaction")
                 if why.get(backend):
-                    _replace(plan, node, driver, changes)
+                    edits += _replace(plan, node, driver, changes)
         if why[backend]:
             steps.append(command(node, COMMAND[backend], REFRESH_PHASE, why[backend][0], label=LABEL[backend],
                                  order=ORDER_COMMAND))
             steps[-1].reasons += why[backend][1:]
-    return steps
+    return steps, edits
 
 
-def _replace(plan: Plan, node: str, driver: str, changes: Sequence[Change]) -> None:
-    """DRIVER's changes of NODE replaced by CHANGES, the plan's errors with them."""
+def _replace(plan: Plan, node: str, driver: str, changes: Sequence[Change]) -> list[PlanEdit]:
+    """DRIVER's changes of NODE replaced by CHANGES (in the first one's place; the plan's errors go with them)."""
     old = [c for c in plan.changes if c.node == node and c.driver == driver]
-    gone = {f"{c.node}: {c.summary}" for c in old if c.action == "error"}
-    plan.errors = [e for e in plan.errors if e not in gone]
-    plan.changes = [c for c in plan.changes if not (c.node == node and c.driver == driver)] + list(changes)
-    plan.errors += [f"{c.node}: {c.summary}" for c in changes if c.action == "error"]
+    if not old:
+        return [Add(c) for c in changes]
+    return [Replace(old[0], changes), *(Replace(c, ()) for c in old[1:])]

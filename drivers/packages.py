@@ -17,6 +17,7 @@ from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import NEEDS_TEXT, Action, Change, Needs, Plan
+from reconciler.engine.review import PlanEdit
 from reconciler.engine.undo import Restore
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.gather import FactRequest
@@ -79,11 +80,11 @@ class PackagesDriver(DriverDefaults):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """Keep NODE's package facts under ClusterFacts.extra."""
+        """Keep NODE's package facts (a PackageFacts)."""
         if facts.reachable and pkgfacts.FACTS_KEY in commands:
             names = set(self.wanted(ctx, node)[0])
             parsed = pkgfacts.parse_answer(commands[pkgfacts.FACTS_KEY], names)
-            cluster.extra.setdefault(pkgfacts.FACTS_KEY, {})[node] = parsed.to_json()
+            cluster.keep(node, parsed)
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """The node's package changes as ONE transaction change (every version change in one apt-get / dnf
@@ -91,10 +92,14 @@ class PackagesDriver(DriverDefaults):
         error on any named package leaves the whole transaction out (never half of it)."""
         return self.node_changes(ctx, node, refresh=False)
 
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """On each node whose metadata is refreshed first (drivers/package_refresh.py), its package changes made
+        again knowing the refresh comes first."""
+        return package_refresh.plan_refreshes(ctx, plan, self.name, self.node_changes)[1]
+
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
-        """The metadata refreshes the plan needs (drivers/package_refresh.py), the refreshed nodes' package
-        changes made again knowing the refresh comes first."""
-        return package_refresh.plan_refreshes(ctx, plan, self.name, self.node_changes)
+        """The metadata refreshes the plan needs (drivers/package_refresh.py)."""
+        return package_refresh.plan_refreshes(ctx, plan, self.name, self.node_changes)[0]
 
     def node_changes(self, ctx: Context, node: str, refresh: bool) -> list[Change]:
         """plan(); REFRESH: the metadata is refreshed before the transaction, so a package the repositories do
@@ -104,11 +109,10 @@ class PackagesDriver(DriverDefaults):
             return []
         if conflicts:
             return [self._change(node, "packages", "error", "; ".join(conflicts))]
-        raw = (ctx.facts.extra.get(pkgfacts.FACTS_KEY) or {}).get(node)
-        if raw is None:
+        found = ctx.facts.kept_of(pkgfacts.PackageFacts, node)
+        if found is None:
             return [self._change(node, f"package {n}", "unknown", f"the packages of {node} were not gathered")
                     for n in wanted]
-        found = pkgfacts.PackageFacts.from_json(raw)
         problems = found.errors + ([found.cache_error] if found.cache_error and not refresh else [])
         if problems or found.backend not in ("apt", "dnf"):
             why = "; ".join(problems) or f"no package manager ({found.backend})"

@@ -31,6 +31,7 @@ from reconciler.engine.followups import (
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import BACKUP_SUFFIX
+from reconciler.engine.review import PlanEdit, Warn
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.facts.parsers import family_of
@@ -133,15 +134,17 @@ class SlurmConfigDriver(DriverDefaults):
                                    _slurmd_start_content(ctx, node), phase=self.phase, ignore_header=True))
         return changes
 
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """Says when the cluster's Slurm version family and the nodes' installed Slurm differ."""
+        mismatch = version_mismatch(ctx)
+        return [Warn(mismatch)] if mismatch else []
+
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """What the plan's Slurm file changes need: `scontrol reconfigure`, a slurmctld restart, slurmd restarts
         (rolling, drained first where jobs run), by the keys that changed and the Slurm version family; and
         daemons that should run but do not are started (the first apply on a fresh cluster)."""
         family = ctx.state.cluster.slurm_version
         ctl = ctx.controller
-        mismatch = version_mismatch(ctx)
-        if mismatch:
-            plan.warnings.append(mismatch)
         compute = [n for n in slurm_nodes(ctx.state) if n in ctx.facts.nodes and ctx.facts.nodes[n].reachable
                    and (ctx.limit is None or n in ctx.limit)]
         compute_set = set(compute)
@@ -210,8 +213,7 @@ class SlurmConfigDriver(DriverDefaults):
             when = f"the slurmctld {'start' if ctl_down else 'restart'}" if ctld else f"`{RECONFIGURE}`"
             if not ctl_down:  # a stopped slurmctld cannot drain: nothing keeps them
                 steps[0].protect = {n: drain_steps(ctl, n) for n in cpu_nodes}
-            said = [k.warning(when, protected=not ctl_down) for k in kills]
-            plan.warnings += [w for w in said if w not in plan.warnings]
+            steps[0].warnings = [k.warning(when, protected=not ctl_down) for k in kills]
             steps[0].reasons += [k.reason(when, protected=not ctl_down) for k in kills]
         for node in compute:
             unit = ctx.facts.nodes[node].services.get("slurmd")

@@ -39,14 +39,8 @@ class RunningSlurm:
     versions: dict[str, str] = field(default_factory=dict)  # slurmctld / slurmdbd -> version it answers with
 
     def to_json(self) -> dict:
-        """For ClusterFacts.extra."""
+        """Plain values, sorted (ClusterFacts.kept's JSON form)."""
         return {"running": sorted(self.running), "replaced": sorted(self.replaced), "versions": self.versions}
-
-    @classmethod
-    def from_json(cls, raw: dict) -> RunningSlurm:
-        """Back from ClusterFacts.extra."""
-        return cls(frozenset(raw.get("running", [])), frozenset(raw.get("replaced", [])),
-                   dict(raw.get("versions", {})))
 
 
 def command(named: Iterable[str]) -> str:

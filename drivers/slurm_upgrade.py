@@ -28,10 +28,10 @@ from reconciler.drivers.packages import PackagesDriver, Wanted
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import FollowUp
 from reconciler.engine.ops import Op, RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.report import BUSY_RESOURCE
+from reconciler.engine.review import Add, PlanEdit, Replace
 from reconciler.engine.undo import Restore
 from reconciler.facts import packages as pkgfacts
 from reconciler.facts.gather import FactRequest
@@ -104,15 +104,13 @@ def slurm_packages(ctx: Context, node: str) -> list[SlurmPackage]:
     """The Slurm packages `packages:` names for NODE with their versions now and after the plan ([]: no facts)."""
     wanted, _ = PackagesDriver().wanted(ctx, node)
     named = {n: w for n, w in wanted.items() if rules.slurm_role(n)}
-    raw = (ctx.facts.extra.get(pkgfacts.FACTS_KEY) or {}).get(node)
-    if not named or raw is None:
+    found = ctx.facts.kept_of(pkgfacts.PackageFacts, node)
+    if not named or found is None:
         return []
-    found = pkgfacts.PackageFacts.from_json(raw)
     if found.errors or found.backend not in ("apt", "dnf"):
         return []
     backend: Backend = "apt" if found.backend == "apt" else "dnf"
-    live_raw = (ctx.facts.extra.get(running.FACTS_KEY) or {}).get(node)
-    live = running.RunningSlurm.from_json(live_raw) if live_raw is not None else None
+    live = ctx.facts.kept_of(running.RunningSlurm, node)
     out = []
     for name, want in sorted(named.items()):
         have = found.installed.get(name)
@@ -231,29 +229,27 @@ class SlurmUpgradeDriver(DriverDefaults):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """Keep NODE's running-daemon facts under ClusterFacts.extra."""
+        """Keep NODE's running-daemon facts (a RunningSlurm)."""
         if facts.reachable and running.FACTS_KEY in commands:
             answer = running.parse(commands[running.FACTS_KEY].get("stdout") or "")
-            cluster.extra.setdefault(running.FACTS_KEY, {})[node] = answer.to_json()
+            cluster.keep(node, answer)
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """Nothing per node: the order needs the whole plan (followups)."""
         return []
 
-    def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
-        """Order or refuse the plan's Slurm package transactions; mark busy nodes. No follow-up steps of its own."""
-        self._order(ctx, plan)
-        self._mark_busy(ctx, plan)
-        return []
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """Order or refuse the plan's Slurm package transactions; mark busy nodes."""
+        return self._order(ctx, plan) + self._mark_busy(ctx, plan)
 
-    def _order(self, ctx: Context, plan: Plan) -> None:
+    def _order(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
         per_node = {spec.name: found for spec in ctx.targets() if (found := slurm_packages(ctx, spec.name))}
         for name in ctx.state.cluster.controller_names:  # a controller outside --limit still bounds slurmd
             if name not in per_node and (found := slurm_packages(ctx, name)):
                 per_node[name] = [SlurmPackage(p.node, p.name, p.role, p.now, p.now, p.entry) for p in found]
         moving = {node for node, items in per_node.items() if any(p.shifts for p in items)}
         if not moving:
-            return
+            return []
         stage_of = {node: _stage(ctx, node, items) for node, items in per_node.items()}
         everything = [p for items in per_node.values() for p in items]
         refusals = _window(everything) + _skew(everything, stage_of)
@@ -265,14 +261,16 @@ class SlurmUpgradeDriver(DriverDefaults):
                             f"accounting database: set rollout.slurm_upgrade.backup to the command that backs it up "
                             f"first (rule {rules.BACKUP_RULE})")
         if refusals:
-            self._refuse(plan, moving, refusals)
-            return
+            return self._refuse(plan, moving, refusals)
+        edits: list[PlanEdit] = []
         wrapped: set[str] = set()
         for change in plan.changing():
             if change.driver != PackagesDriver.name or change.node not in moving:
                 continue
-            self._place(change, stage_of[change.node])
-            self._daemon_steps(ctx, change, per_node[change.node])
+            placed = change.model_copy(deep=True)
+            self._place(placed, stage_of[change.node])
+            self._daemon_steps(ctx, placed, per_node[change.node])
+            edits.append(Replace(change, [placed]))
             wrapped.add(change.node)
         for node in sorted(moving - wrapped):  # no transaction: a daemon an interrupted upgrade left to restart
             owed = [p for p in per_node[node] if p.owed]
@@ -284,18 +282,19 @@ class SlurmUpgradeDriver(DriverDefaults):
                             + " (an upgrade stopped before its restart)")
             self._place(change, stage_of[node])
             self._daemon_steps(ctx, change, per_node[node])
-            plan.changes.append(change)
+            edits.append(Add(change))
         for node in sorted({p.node for p in backups}):
             assert command is not None
             step = next(p for p in backups if p.node == node)
             manager = ctx.specs[node].service_manager
-            plan.changes.append(Change(
+            edits.append(Add(Change(
                 node=node, driver=self.name, resource="slurmdbd backup", action="update", phase=BACKUP_PHASE,
                 summary=f"stop slurmdbd and back up the accounting database before slurmdbd "
                 f"{step.now} → {step.after}: {command}",
                 ops=[steps.stop(manager, "slurmdbd"), RunCommand(command=command, description="slurmdbd backup")],
                 scope="lead",
-                restore=Restore(summary="nothing to restore: the backup stays where it was written")))
+                restore=Restore(summary="nothing to restore: the backup stays where it was written"))))
+        return edits
 
     @staticmethod
     def _place(change: Change, stage: int) -> None:
@@ -313,8 +312,8 @@ class SlurmUpgradeDriver(DriverDefaults):
         node, config = change.node, ctx.state.rollout.slurm_upgrade
         manager = ctx.specs[node].service_manager
         moved = {p.role: p for p in packages if p.shifts and p.after is not None and p.role != "client"}
-        raw = (ctx.facts.extra.get(pkgfacts.FACTS_KEY) or {}).get(node) or {}
-        apt = pkgfacts.PackageFacts.from_json(raw).backend == "apt" if raw else False
+        found = ctx.facts.kept_of(pkgfacts.PackageFacts, node)
+        apt = found is not None and found.backend == "apt"
         transaction: list[Op] = [steps.guarded(op.command, op.description) if apt and isinstance(op, RunCommand)
                                  else op for op in change.ops]
         daemon_wait, convert = parse_duration(config.daemon_timeout), parse_duration(config.convert_timeout)
@@ -350,8 +349,8 @@ class SlurmUpgradeDriver(DriverDefaults):
                 change.restore = Restore.none(f"slurmctld {ctld.now} → {ctld.after} rewrote its state files: "
                                               f"going back means restoring the StateSaveLocation archive by hand"
                                               + (" and the database backup" if dbd else ""))
-        live_raw = (ctx.facts.extra.get(running.FACTS_KEY) or {}).get(node)
-        stopped = live_raw is not None and "slurmd" not in running.RunningSlurm.from_json(live_raw).running
+        live = ctx.facts.kept_of(running.RunningSlurm, node)
+        stopped = live is not None and "slurmd" not in live.running
         if (slurmd := moved.get("slurmd")) and stopped:  # someone's stopped slurmd (or a login node's) stays so
             words.append("slurmd is not running there: not started")
         elif slurmd:
@@ -363,20 +362,21 @@ class SlurmUpgradeDriver(DriverDefaults):
         change.ops = [*before, *transaction, *after]
         change.summary += ("; then " if transaction else ": ") + "; ".join(words)
 
-    def _refuse(self, plan: Plan, moving: set[str], refusals: list[str]) -> None:
+    @staticmethod
+    def _refuse(plan: Plan, moving: set[str], refusals: list[str]) -> list[PlanEdit]:
         """Every transaction moving a Slurm package becomes an error naming the rules (none of it is applied)."""
         summary = "Slurm upgrade refused: " + "; ".join(refusals)
-        for index, change in enumerate(plan.changes):
-            if change.driver == PackagesDriver.name and change.node in moving and change.changing:
-                plan.changes[index] = Change(node=change.node, driver=change.driver, resource=change.resource,
-                                             action="error", phase=change.phase, summary=summary)
-                plan.errors.append(f"{change.node}: {summary}")
+        return [Replace(change, [Change(node=change.node, driver=change.driver, resource=change.resource,
+                                        action="error", phase=change.phase, summary=summary)])
+                for change in plan.changes
+                if change.driver == PackagesDriver.name and change.node in moving and change.changing]
 
-    def _mark_busy(self, ctx: Context, plan: Plan) -> None:
+    def _mark_busy(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
         """An `ok` change on each node whose reboot or driver reload must wait for its running jobs."""
-        needing = sorted({c.node for c in plan.changing() if c.needs})
-        for node in needing:
+        edits: list[PlanEdit] = []
+        for node in sorted({c.node for c in plan.changing() if c.needs}):
             fact = ctx.facts.slurm_nodes.get(node)
             if fact is not None and fact.flags & BUSY_STATES:
-                plan.changes.append(Change(node=node, driver=self.name, resource=BUSY_RESOURCE, action="ok",
-                                           summary=f"{fact.state}: the reboot or reload waits for its running jobs"))
+                edits.append(Add(Change(node=node, driver=self.name, resource=BUSY_RESOURCE, action="ok",
+                                        summary=f"{fact.state}: the reboot or reload waits for its running jobs")))
+        return edits

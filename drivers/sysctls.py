@@ -55,8 +55,8 @@ class SysctlsDriver(DriverDefaults):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """NODE's live values, kept under ClusterFacts.extra."""
-        kernel_live.absorb(FACTS_KEY, cluster, node, facts, commands)
+        """NODE's live values, kept as LiveSysctls."""
+        kernel_live.absorb(FACTS_KEY, kernel_live.LiveSysctls, cluster, node, facts, commands)
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """The file change, then one change per key whose live value differs (or an error for a missing key)."""
@@ -72,7 +72,7 @@ class SysctlsDriver(DriverDefaults):
                     restore=Restore(summary=f"{SYSCTL_FILE} written back as it was",
                                     ops=[WriteFile(path=SYSCTL_FILE, content=fact.content, mode="0644")]))]
             return []
-        live = kernel_live.live(ctx, FACTS_KEY, node)
+        live = kernel_live.live(ctx, kernel_live.LiveSysctls, node)
         if live is None:
             return [Change(node=node, driver=self.name, resource="sysctls", action="unknown", phase=self.phase,
                            summary="the live sysctl values were not gathered")]

@@ -179,6 +179,8 @@ def test_readme_map_names_every_layer() -> None:
 
 
 _ON_A_DRIVER = re.compile(r"\b(?:getattr|hasattr)\(\s*(?:driver|d|drv)\b")
+_PLAN_WRITE = re.compile(r"\bplan\.(?:changes|warnings|errors|followups)\s*(?:\+?=(?!=)|\[[^\]]*\]\s*=(?!=))"
+                         r"|\bplan\.(?:changes|warnings|errors|followups)\.(?:append|extend|insert|remove|pop|clear)\(")
 _PHASE_NUMBER = re.compile(r"^\s*(?:phase|[A-Z_]*PHASE[A-Z_]*)\s*=\s*\d+\b", re.M)
 
 
@@ -187,6 +189,15 @@ def test_the_driver_contract_is_called_never_looked_up() -> None:
     found = [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
              for path in python_files("reconciler", "drivers", "checks")
              for text in [path.read_text()] for m in _ON_A_DRIVER.finditer(text)]
+    assert found == [], found
+
+
+def test_no_driver_changes_the_plan_in_place() -> None:
+    """A driver's review returns edits (engine/review.py) and its followups return steps: no driver writes the
+    plan's changes, warnings, errors or follow-ups itself."""
+    found = [f"{path.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+             for path in python_files("drivers", "checks")
+             for text in [path.read_text()] for m in _PLAN_WRITE.finditer(text)]
     assert found == [], found
 
 

@@ -4,8 +4,13 @@ the engine imports no driver, its callers pass the list (`drivers.all_drivers()`
 Required: `name`, `phase` (its place in drivers/phases.py), `request` (the facts it needs on a node) and `plan`
 (the node's changes). Optional, with their defaults in `DriverDefaults` (a driver subclasses it and overrides
 what it needs): `scope` (`cluster`: every change of the driver must be the same everywhere, one gated wave),
-`absorb` (cluster-wide facts read from one node's answers) and `followups` (steps, and refusals or order, from
-the whole plan). The engine calls these directly; nothing is looked up with getattr (tests/test_layout.py).
+`absorb` (its own facts parsed from a node's answers, kept typed: `cluster.keep(node, obj)`, read back with
+`ctx.facts.kept_of(Type, node)`), `review` (what it concludes from the whole plan, as edits the engine makes:
+engine/review.py) and `followups` (the steps that follow from the whole plan; it changes nothing). The engine
+calls these directly; nothing is looked up with getattr (tests/test_layout.py).
+
+In `make_plan`: every driver's `plan` per node; then each driver's `review`, in the drivers' order, its edits
+made before the next reviews; then every driver's `followups`, merged with the changes' own.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Literal, Protocol
 from reconciler.engine.context import Context
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import PlanEdit
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import ClusterFacts, NodeFacts
 
@@ -39,10 +45,13 @@ class Driver(Protocol):
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """Keep what one node's answers say for the whole cluster (ValueError etc.: the answer is unreadable)."""
+        """Keep this driver's typed facts from one node's answers (`cluster.keep`; ValueError etc.: unreadable)."""
+
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """Edits from the whole plan: warnings, refusals, changes added, changes replaced (ordered, refused)."""
 
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
-        """Steps that follow from the whole plan; may add warnings and errors, and order or refuse changes."""
+        """Steps that follow from the whole plan (the plan itself is not changed)."""
 
 
 class DriverDefaults:
@@ -52,7 +61,11 @@ class DriverDefaults:
 
     def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
                commands: dict[str, dict]) -> None:
-        """Nothing cluster-wide to keep."""
+        """No facts of its own to keep."""
+
+    def review(self, ctx: Context, plan: Plan) -> list[PlanEdit]:
+        """No edits."""
+        return []
 
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """No steps from the whole plan."""

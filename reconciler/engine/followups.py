@@ -64,6 +64,8 @@ class FollowUp(BaseModel):
     jobs: list[str] = Field(default_factory=list, description="Jobs running on the node when planned")
     reasons: list[str] = Field(default_factory=list)
     supersedes: list[str] = Field(default_factory=list, description="Keys of follow-ups this one makes needless")
+    warnings: list[str] = Field(default_factory=list, exclude=True, description="What the plan must warn of this "
+                                "step (running jobs it ends); shown by the plan, not kept in journals")
 
     @property
     def key(self) -> str:

@@ -1,4 +1,5 @@
-"""Build the plan: every driver's changes per node, then the follow-up steps they declare, merged."""
+"""Build the plan: every driver's changes per node, each driver's review of the whole plan (edits the engine makes),
+then the follow-up steps they declare, merged."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from reconciler.engine.driver import Driver
 from reconciler.engine.followups import FollowUp, carried, merge
 from reconciler.engine.owed import owed_followups, read_owed
 from reconciler.engine.plan import Change, Plan
+from reconciler.engine.review import apply_edits, error_of
 
 
 def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
@@ -31,21 +33,25 @@ def make_plan(ctx: Context, drivers: Sequence[Driver]) -> Plan:
                 plan.changes.append(change)
     owed, unreadable = read_owed(ctx)
     plan.changes += [c for c in unreadable if ctx.limit is None or c.node in ctx.limit]
-    plan.errors += [f"{c.node}: {c.summary}" for c in plan.changes if c.action == "error"]
+    plan.errors += [error_of(c) for c in plan.changes if c.action == "error"]
     plan.warnings += [str(w) for w in risk_warnings(ctx.loaded)]
+    for driver in drivers:  # in order: a driver reviews the plan as the drivers before it left it
+        apply_edits(plan, driver.review(ctx, plan))
     plan.followups = merge([*plan_followups(ctx, plan, drivers), *owed_followups(ctx, owed)])
     return plan
 
 
 def plan_followups(ctx: Context, plan: Plan, drivers: Sequence[Driver]) -> list[FollowUp]:
-    """What the changing resources asked for, plus what each driver concludes from the whole plan, merged.
+    """What the changing resources asked for, plus the steps each driver concludes from the whole plan, merged.
 
     A driver's optional `followups(ctx, plan)` sees every change (a slurm.conf written on the controller
-    restarts slurmd on every compute node) and may add to the plan's warnings and errors.
+    restarts slurmd on every compute node) and changes nothing; what a step does that the plan must warn of
+    (running jobs it ends) it carries in its `warnings`, which the plan shows.
     """
     steps = [step for change in plan.changing() for step in change.followups]
     for driver in drivers:
         steps += driver.followups(ctx, plan)
+    plan.warnings += [w for w in dict.fromkeys(w for step in steps for w in step.warnings) if w not in plan.warnings]
     return merge(steps)
 
 

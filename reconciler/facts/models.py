@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
 
 class FileFact(BaseModel):
@@ -98,6 +98,16 @@ class NodeFacts(BaseModel):
     python_missing: bool = False
 
 
+class Kept(Protocol):
+    """A driver's own typed facts of one node (packages, live sysctls, the accounting database's answer)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, in a stable order (the facts' fingerprint and `reconciler facts`)."""
+
+
+K = TypeVar("K")
+
+
 class ClusterFacts(BaseModel):
     """Facts of every node plus Slurm's view from the controller."""
 
@@ -106,8 +116,24 @@ class ClusterFacts(BaseModel):
     jobs: list[JobFact] = Field(default_factory=list)
     controller: str | None = None
     slurm_view_error: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict, description="Cluster-wide facts a driver keeps under "
-                                  "its own name (plain JSON values)")
+    kept: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Each driver's own typed facts: "
+                                            "type name -> node -> the object its absorb kept (cluster.keep)")
+
+    @field_serializer("kept")
+    def _kept_json(self, kept: dict[str, dict[str, Kept]]) -> dict[str, dict[str, Any]]:
+        return {kind: {node: value.to_json() for node, value in sorted(by_node.items())}
+                for kind, by_node in sorted(kept.items())}
+
+    def keep(self, node: str, value: Kept) -> None:
+        """Keep a driver's typed facts of NODE, under their type (one object per type and node)."""
+        self.kept.setdefault(type(value).__name__, {})[node] = value
+
+    def kept_of(self, kind: type[K], node: str) -> K | None:
+        """NODE's facts of type KIND, as their absorb kept them (None: not gathered)."""
+        value = self.kept.get(kind.__name__, {}).get(node)
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"facts kept as {kind.__name__} for {node} are a {type(value).__name__}")
+        return value
 
     def jobs_on(self, node: str) -> list[JobFact]:
         """Running jobs that use a node."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FACTS_KEY = "packages"  # the snippet's name, and its key in ClusterFacts.extra (node -> PackageFacts as a dict)
+FACTS_KEY = "packages"  # the snippet's name, and kept as a PackageFacts per node
 SEP = "\x1e"  # starts each section of the snippet's answer (never in dpkg, rpm or dnf output)
 Kind = Literal["present", "absent", "exact", "glob"]
 NO_MATCH = "No matching Packages to list"  # dnf 4's stderr when no repository offers any of the names
@@ -146,19 +146,10 @@ class PackageFacts:
     cache_asked: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """A plain-JSON form for ClusterFacts.extra."""
+        """Plain values (ClusterFacts.kept's JSON form)."""
         return {"backend": self.backend, "asked": self.asked, "errors": self.errors, "candidates": self.candidates,
                 "installed": {n: [i.version, i.held, i.status] for n, i in self.installed.items()},
                 "cache_error": self.cache_error, "cache_age": self.cache_age, "cache_asked": self.cache_asked}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PackageFacts:
-        """Back from to_json."""
-        return cls(backend=data["backend"], asked=list(data["asked"]), errors=list(data["errors"]),
-                   candidates={n: list(v) for n, v in data["candidates"].items()},
-                   installed={n: Installed(v[0], v[1], v[2]) for n, v in data["installed"].items()},
-                   cache_error=data.get("cache_error"), cache_age=data.get("cache_age"),
-                   cache_asked=bool(data.get("cache_asked")))
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def test_a_node_answer_is_bounded_to_clean_paths_and_known_statuses() -> None:
 def _ctx(created: dict[str, str]) -> Context:
     ctx = Context(loaded=load_dir(REPO / "desired-state"), source="test")
     ctx.facts = converged_facts(ctx)
-    ctx.facts.extra[mountpoints.FACTS_KEY] = {"dgx01": created}
+    ctx.facts.keep("dgx01", mountpoints.CreatedMountpoints(created))
     return ctx
 
 

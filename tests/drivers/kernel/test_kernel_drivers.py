@@ -10,6 +10,7 @@ from typing import Any
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import load_dir
 from reconciler.drivers import kernel_live
+from reconciler.drivers.kernel_live import LiveModules, LiveSysctls
 from reconciler.drivers.kernel_modules import FACTS_KEY as MODULES_KEY
 from reconciler.drivers.kernel_modules import KernelModulesDriver
 from reconciler.drivers.sysctls import FACTS_KEY as SYSCTLS_KEY
@@ -51,8 +52,8 @@ def plan_for(tmp_path: Path, desired: str, files: dict[str, str] | None = None,
         if name in unanswered:
             continue
         values = dict(live or {}) if name in nodes else {}
-        facts.extra.setdefault(SYSCTLS_KEY, {})[name] = values
-        facts.extra.setdefault(MODULES_KEY, {})[name] = {**values, "listing": dict(listing or {})}
+        facts.keep(name, LiveSysctls(values))
+        facts.keep(name, LiveModules({**values, "listing": dict(listing or {})}))
     ctx.facts = facts
     return make_plan(ctx, DRIVERS)
 
