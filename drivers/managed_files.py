@@ -18,17 +18,10 @@ from reconciler.drivers.base import file_change
 from reconciler.drivers.node_state import drain_steps, responding_command
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.drivers.slurmctld_steps import reconfigure_step
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import (
-    ORDER_COMPUTE,
-    ORDER_CONTROLLER,
-    ORDER_MUNGE,
-    ORDER_SERVICE,
-    FollowUp,
-    command,
-    service,
-)
+from reconciler.engine.followups import ORDER_SERVICE, FollowUp, command, service
 from reconciler.engine.ops import RunCommand, WriteFile, fingerprint
 from reconciler.engine.plan import Change
 from reconciler.engine.undo import Restore

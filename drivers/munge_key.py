@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from reconciler.desired.inventory import slurm_node_set
 from reconciler.drivers.node_state import CONTROLLER_UP, drain_steps, responding_command
 from reconciler.drivers.phases import phase as phase_of
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE, FollowUp, service
+from reconciler.engine.followups import FollowUp, service
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.review import PlanEdit, Warn

@@ -17,17 +17,10 @@ from reconciler.drivers.slurm_consequences import (
     slurm_conf_consequence,
 )
 from reconciler.drivers.slurmctld_steps import RECONFIGURE, controller_steps_ready, reconfigure_step
-from reconciler.engine.context import Context, shared_render
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER
+from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import (
-    ORDER_COMMAND,
-    ORDER_COMPUTE,
-    ORDER_CONTROLLER,
-    FollowUp,
-    command,
-    followup_key,
-    service,
-)
+from reconciler.engine.followups import ORDER_COMMAND, FollowUp, command, followup_key, service
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import BACKUP_SUFFIX
@@ -36,7 +29,7 @@ from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.facts.parsers import family_of
 from reconciler.facts.slurmconf import same_meaning, same_pairs
-from reconciler.render import configless, managed_files_for
+from reconciler.render import configless, managed_files_for, render_file
 from reconciler.render.files import file_path, is_slurm_node
 
 # supervisord: read the changed program files, then (re)start slurmd with its new command line.
@@ -68,6 +61,20 @@ def version_mismatch(ctx: Context) -> str | None:
     return (f"cluster.slurm_version is {ctx.state.cluster.slurm_version} but slurmctld on {ctx.controller} is "
             f"{running}: parameters are checked, and reconfigure vs restart decided, for "
             f"{ctx.state.cluster.slurm_version}; set cluster.slurm_version: \"{family}\"")
+
+
+NODE_INDEPENDENT = ("slurm.conf", "gres.conf", "cgroup.conf")
+
+
+def shared_render(ctx: Context, node: str, name: str) -> str:
+    """Render a managed file; the Slurm files, byte-identical on every node, once per plan (ctx.renders)."""
+    if name not in NODE_INDEPENDENT:
+        return render_file(ctx.state, node, name, ctx.source)
+    key = (name, ctx.source)
+    text = ctx.renders.get(key)
+    if text is None:
+        text = ctx.renders[key] = render_file(ctx.state, node, name, ctx.source)
+    return text
 
 
 class SlurmConfigDriver(DriverDefaults):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 
+from reconciler.drivers.step_order import ORDER_RECONFIGURE
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_RECONFIGURE, FollowUp
+from reconciler.engine.followups import FollowUp
 from reconciler.facts.parsers import family_of
 from reconciler.model import ServiceManager
 from reconciler.render.files import file_path

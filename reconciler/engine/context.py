@@ -8,7 +8,6 @@ from reconciler.desired.inventory import NodeSpec, node_specs
 from reconciler.desired.loader import LoadedState
 from reconciler.facts.models import ClusterFacts
 from reconciler.model import DesiredState
-from reconciler.render import render_file
 
 
 @dataclass
@@ -19,7 +18,8 @@ class Context:
     source: str
     limit: set[str] | None = None
     facts: ClusterFacts = field(default_factory=ClusterFacts)
-    renders: dict[tuple[str, str], str] = field(default_factory=dict)  # node-independent files, per plan
+    renders: dict[tuple[str, str], str] = field(default_factory=dict)  # a driver's node-independent renders,
+    # kept for one plan (make_plan empties it when it starts)
     read_secrets: bool = True  # False for a pull request's plan: its YAML must not choose what secret we read
     base: DesiredState | None = None  # a pull request's plan: the main branch's state (its .age ciphertexts)
 
@@ -39,22 +39,5 @@ class Context:
 
     @property
     def controller(self) -> str:
-        """The primary Slurm controller."""
+        """The cluster's first controller node (`cluster.controllers`)."""
         return self.state.cluster.controller_names[0]
-
-
-NODE_INDEPENDENT = ("slurm.conf", "gres.conf", "cgroup.conf")
-
-
-def shared_render(ctx: Context, node: str, name: str) -> str:
-    """Render a managed file; the Slurm files, byte-identical on every node, once per plan.
-
-    `make_plan` empties `ctx.renders` when it starts; what it cached holds until the state changes.
-    """
-    if name not in NODE_INDEPENDENT:
-        return render_file(ctx.state, node, name, ctx.source)
-    key = (name, ctx.source)
-    text = ctx.renders.get(key)
-    if text is None:
-        text = ctx.renders[key] = render_file(ctx.state, node, name, ctx.source)
-    return text

@@ -1,7 +1,7 @@
 """Consequences as data: what must follow a change (reload, restart, a command), declared by drivers.
 
-A driver attaches `FollowUp`s to its changes (a managed file that notifies `restart slurmd`) or returns them
-for the whole plan (a slurm.conf change needs `scontrol reconfigure` on the controller). The engine merges
+A driver attaches `FollowUp`s to its changes (a managed file that notifies a service's restart) or returns them
+for the whole plan (a configuration change that needs a command on one node). The engine merges
 them (one restart per node and service, whatever asked for it; a restart makes a reload of the same service
 unnecessary), orders them (after the phase of the last change that asked, then by `order`), shows them in
 plan, PR comment and crash journal, and runs them. It knows nothing of what a service is: draining a node
@@ -19,15 +19,10 @@ from reconciler.engine.nodesets import SHORT_CAP, cap_nodeset, fold_mentions, fo
 
 FollowUpKind = Literal["command", "reload", "restart", "start"]
 
-# Within one phase, lower orders run first. Slurm's own: munge before slurmctld before slurmd.
+# Within one phase, lower orders run first: by default a command before a service. Drivers place their own steps
+# between and around these (drivers/step_order.py: the Slurm daemons' start-up order).
 ORDER_COMMAND = 10
-ORDER_MUNGE = 20
-ORDER_CONTROLLER = 30
-# `scontrol reconfigure` after any slurmctld (re)start of its phase: a restarted slurmctld does not make the
-# slurmds re-read their files, the reconfigure does (scontrol.1: "Instruct all slurmctld and slurmd daemons").
-ORDER_RECONFIGURE = 35
 ORDER_SERVICE = 50
-ORDER_COMPUTE = 60
 
 
 class DrainSteps(BaseModel):

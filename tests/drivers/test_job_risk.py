@@ -17,8 +17,9 @@ from bench.scale import write_state
 from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.job_risk import cpu_keys_changed
+from reconciler.drivers.step_order import ORDER_CONTROLLER
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_CONTROLLER, ORDER_SERVICE, FollowUp
+from reconciler.engine.followups import ORDER_SERVICE, FollowUp
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text

@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-from reconciler.engine.followups import (
-    ORDER_COMPUTE,
-    ORDER_CONTROLLER,
-    ORDER_MUNGE,
-    DrainSteps,
-    carried,
-    command,
-    followup_key,
-    merge,
-    service,
-    waves,
-)
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE
+from reconciler.engine.followups import DrainSteps, carried, command, followup_key, merge, service, waves
 
 DRAIN = DrainSteps(run_on="ctl", jobs="squeue", drained="false", drain="drain", resume="resume")
 

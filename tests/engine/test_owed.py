@@ -17,9 +17,10 @@ from reconciler.desired.inventory import NodeSpec
 from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.slurm_config import RECONFIGURE, drain_steps, responding_command
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER
 from reconciler.engine import owed_ledger
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, FollowUp, command, service
+from reconciler.engine.followups import FollowUp, command, service
 from reconciler.engine.owed import OWED_PATH, OwedFile, OwedStep, keeper
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_text

@@ -19,8 +19,8 @@ from reconciler.checks.node import judge_munge
 from reconciler.desired.loader import DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.munge_key import KEY_PATH, MungeKeyError, read_key
+from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE
 from reconciler.engine.context import Context
-from reconciler.engine.followups import ORDER_COMPUTE, ORDER_CONTROLLER, ORDER_MUNGE
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.planner import make_plan
 from reconciler.engine.remote_write import WRITE_COMMAND, write_request
