@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
                         "above 64 nodes it is always light)")
     p.add_argument("--compare", type=Path, action="append", default=[], metavar="DIR",
                    help="noop: also run `reconciler plan` of the checkout DIR (e.g. `git worktree add /tmp/old "
-                        "COMMIT`) on the same testbed, in the same rotation (before/after in one run); repeatable")
+                        "COMMIT`) on the same testbed, in the same rotation (before/after in one run); drift: also "
+                        "that checkout's daemon drift check; repeatable")
     p.add_argument("--subnet", default=None, metavar="A.B.C",
                    help="the testbeds of noop, drift, change, daemon and packages take the /20 blocks from A.B.C on "
                         "(the third octet a multiple of 16), one each in turn; default: picked from the process id "

@@ -278,10 +278,14 @@ def gateway_state(bed: BenchTestbed) -> tuple[Path, int]:
 class LineProcess:
     """A long-lived measuring process: one JSON line back per line sent (bench.drift_probe, bench.floor warm)."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], tree: Path | None = None) -> None:
+        """TREE: run another checkout's code (its bench and reconciler), as `--compare` does."""
         self.argv = argv
+        env = python_env()
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=python_env(), cwd=REPO)
+                                     text=True, env=env, cwd=tree or REPO)
         self.first = self._read()
 
     def _read(self) -> dict[str, Any]:
@@ -386,12 +390,15 @@ def _noop(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject |
     return series
 
 
-def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None) -> Series:
+def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject | None,
+           compare: list[Path] | None = None) -> Series:
     forks = len(bed.nodes)
+    others = {f"other-{i}": tree for i, tree in enumerate(compare or [], start=1)}
     tools = ["ours", "plan"] + (["ansible"] if best else []) + (
-        ["floor-ssh", "floor-paramiko"] if "floor" in peers else [])
+        ["floor-ssh", "floor-paramiko"] if "floor" in peers else []) + list(others)
     probe = LineProcess([sys.executable, "-m", "bench.drift_probe", str(bed.desired), str(bed.work / "drift")])
     opened: list[Callable[[], None]] = [probe.close]
+    labels = {}
     try:
         if probe.first["outcome"] != "in-sync":
             raise RuntimeError(f"the daemon's first cycle said {probe.first['outcome']!r}, not in-sync")
@@ -414,7 +421,15 @@ def _drift(bed: BenchTestbed, runs: int, peers: list[str], best: AnsibleProject 
             opened.append(warm.close)
             measure["floor-ssh"] = lambda: _floor_ssh(bed, forks, control)
             measure["floor-paramiko"] = lambda: _paramiko_warm(warm)
-        series = Series("drift", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks)
+        for tool, tree in others.items():  # the other checkout's own daemon loop, on the same testbed
+            other = LineProcess([sys.executable, "-m", "bench.drift_probe", str(bed.desired),
+                                 str(bed.work / f"drift-{tool}")], tree=tree)
+            opened.append(other.close)
+            if other.first["outcome"] != "in-sync":
+                raise RuntimeError(f"{tool}'s first cycle said {other.first['outcome']!r}, not in-sync")
+            measure[tool] = partial(_drift_check, other, other.first["connects"])
+            labels[tool] = f"daemon drift check of {other_checkout(tree)} (--compare)"
+        series = Series("drift", bed.computes, len(bed.nodes), tools, light=bed.light, forks=forks, labels=labels)
         _runs(series, runs, measure)
         series.samples["ours"][0].extra["first_cycle_s"] = probe.first["wall_s"]
         return series
@@ -447,7 +462,7 @@ def measure(computes: int, index: int, runs: int, sections: list[str], peers: li
             if "noop" in sections:
                 out.append(_noop(bed, runs, peers, best, pyinfra, compare))
             if "drift" in sections:
-                out.append(_drift(bed, runs, peers, best))
+                out.append(_drift(bed, runs, peers, best, compare))
         finally:
             if best:
                 best.close_masters()

@@ -61,7 +61,8 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.org", 
 T = TypeVar("T")
 
 
-def _git(cwd: Path, *args: str) -> str:
+def git_out(cwd: Path, *args: str) -> str:
+    """git ARGS in CWD (the bench's identity), its stdout stripped; a failure raises."""
     out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
                          env={**os.environ, **GIT_ENV})
     if out.returncode != 0:
@@ -121,13 +122,13 @@ class Remote:
     def create(cls, root: Path, files: Path) -> Remote:
         """A bare repository whose first commit holds the desired-state directory FILES."""
         bare, work = root / "cluster.git", root / "admin"
-        _git(root, "init", "-q", "--bare", "-b", "main", str(bare))
+        git_out(root, "init", "-q", "--bare", "-b", "main", str(bare))
         shutil.copytree(files, work)
-        _git(work, "init", "-q", "-b", "main")
-        _git(work, "add", "-A")
-        _git(work, "commit", "-qm", "initial desired state")
-        _git(work, "remote", "add", "origin", str(bare))
-        _git(work, "push", "-q", "origin", "main")
+        git_out(work, "init", "-q", "-b", "main")
+        git_out(work, "add", "-A")
+        git_out(work, "commit", "-qm", "initial desired state")
+        git_out(work, "remote", "add", "origin", str(bare))
+        git_out(work, "push", "-q", "origin", "main")
         return cls(bare, work)
 
     def commit(self, message: str, edits: dict[str, Edit]) -> tuple[str, float]:
@@ -135,11 +136,11 @@ class Remote:
         for name, edit in edits.items():
             path = self.work / name
             path.write_text(edit(path.read_text() if path.exists() else ""))
-        _git(self.work, "add", "-A")
-        _git(self.work, "commit", "-qm", message)
-        _git(self.work, "push", "-q", "origin", "main")
+        git_out(self.work, "add", "-A")
+        git_out(self.work, "commit", "-qm", message)
+        git_out(self.work, "push", "-q", "origin", "main")
         pushed = time.time()
-        return _git(self.work, "rev-parse", "HEAD"), pushed
+        return git_out(self.work, "rev-parse", "HEAD"), pushed
 
 
 @dataclass
@@ -360,7 +361,7 @@ def measure(computes: int, index: int, runs: int) -> list[dict[str, Any]]:
         daemon = Daemon(bed, remote).start()
         try:
             configured = time.monotonic()
-            daemon.wait_applied(_git(remote.work, "rev-parse", "HEAD"), timeout=1200)
+            daemon.wait_applied(git_out(remote.work, "rev-parse", "HEAD"), timeout=1200)
             bed.wait_idle()
             log(f"rollout N={computes}: configured by the daemon in {time.monotonic() - configured:.1f} s")
             if set(bed.on_all(f"cat {PROLOG}").values()) != {GOOD_PROLOG.strip()} or bed.drained():

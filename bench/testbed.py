@@ -49,6 +49,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
+def track(name: str) -> None:
+    """Take testbed NAME down at exit or on SIGTERM (the bench's own teardown)."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    _live.add(name)
+
+
 atexit.register(_down_all)
 
 
@@ -133,8 +139,7 @@ class BenchTestbed:
 
     def launch(self) -> Path:
         """Bring the testbed up (bare, or light) and nothing more; return the desired state `up` wrote."""
-        signal.signal(signal.SIGTERM, _on_signal)
-        _live.add(self.name)
+        track(self.name)
         profile = "--light" if self.light else "--bare"
         log(f"testbed {self.name}: up {profile} --nodes {self.computes} --subnet {self.subnet}")
         up = timed_run([str(TESTBED), "up", profile, "--nodes", str(self.computes), "--name", self.name,

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, log, median, python_env, reconciler_argv
-from bench.rollout import Daemon, Remote, RolloutTestbed, _git
+from bench.rollout import Daemon, Remote, RolloutTestbed, git_out
 from bench.tables import Table
 from bench.testbed import TESTBED, timed_run
 from reconciler.common.versions import deb_compare
@@ -65,12 +65,9 @@ class UpgradeTestbed(RolloutTestbed):
 
     def up(self) -> None:
         """Bring the testbed up and copy its desired state (the daemon applies it)."""
-        import signal
+        from bench.testbed import track
 
-        from bench import testbed as bench_testbed
-
-        signal.signal(signal.SIGTERM, bench_testbed._on_signal)  # noqa: SLF001 - the bench's own teardown
-        bench_testbed._live.add(self.name)  # noqa: SLF001
+        track(self.name)
         shutil.copytree(self.launch(), self.desired)
 
     def exec(self, node: str, command: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -221,7 +218,7 @@ def measure(computes: int, index: int, max_unavailable: int = MAX_UNAVAILABLE) -
         remote = Remote.create(bed.work, bed.desired)
         daemon = Daemon(bed, remote).start()
         try:
-            first = _git(remote.work, "rev-parse", "HEAD")
+            first = git_out(remote.work, "rev-parse", "HEAD")
             daemon.wait_applied(first, timeout=1800)
             bed.wait_idle()
             if set(bed.installed().values()) != {old}:

@@ -26,8 +26,8 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.remote_write import BACKUP_SUFFIX
 from reconciler.engine.review import PlanEdit, Warn
 from reconciler.facts.gather import FactRequest
-from reconciler.facts.models import NodeFacts
-from reconciler.facts.parsers import family_of
+from reconciler.facts.models import ClusterFacts, NodeFacts
+from reconciler.facts.parsers import family_of, parse_slurm_version
 from reconciler.facts.slurmconf import same_meaning, same_pairs
 from reconciler.render import configless, managed_files_for, render_file
 from reconciler.render.files import file_path, is_slurm_node
@@ -47,6 +47,7 @@ AFTER_RESTART = ": after the slurmctld restart, so that every slurmd not restart
 # Asked of the controller only: its slurmctld parses slurm.conf (slurmd may be up to two releases older, as
 # Slurm allows, and asking every node cost each a process start).
 VERSION_COMMAND = "slurmctld -V 2>/dev/null || sinfo -V"
+VERSION_KEY = "slurm_version"  # the command's name in the node's answers
 
 
 def version_mismatch(ctx: Context) -> str | None:
@@ -99,7 +100,13 @@ class SlurmConfigDriver(DriverDefaults):
             if path:
                 req.files.append(path)
         if node == ctx.controller:  # the version slurm.conf is parsed by; slurmd may lag (Slurm allows it)
-            req.commands["slurm_version"] = VERSION_COMMAND
+            req.commands[VERSION_KEY] = VERSION_COMMAND
+
+    def absorb(self, ctx: Context, cluster: ClusterFacts, node: str, facts: NodeFacts,
+               commands: dict[str, dict]) -> None:
+        """The Slurm version the controller's commands print, on its node facts."""
+        if VERSION_KEY in commands:
+            facts.slurm_version = parse_slurm_version(commands[VERSION_KEY]["stdout"])
 
     def plan(self, ctx: Context, node: str, facts: NodeFacts) -> list[Change]:
         """A change per Slurm file whose content (header aside) or mode differs; configless nodes: removal of

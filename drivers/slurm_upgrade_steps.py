@@ -90,11 +90,12 @@ def state_location(conf: str) -> str:
 
 def backup_state(conf: str, directory: str, old: str, new: str) -> RunCommand:
     """Archive StateSaveLocation (slurmctld stopped) into DIRECTORY; prints the archive's path."""
-    name = f"statesave-{old}-to-{new}-$(date -u +%Y%m%dT%H%M%SZ).tar.gz"
-    target = f"{shlex.quote(directory)}/{name}"
-    return RunCommand(command=(f"{state_location(conf)}; mkdir -p {shlex.quote(directory)} && "
-                               f"tar -C \"$d\" -czf {target}.part . && mv {target}.part {target} && "
-                               f"echo \"$d -> {target}\""),
+    # the name is fixed once: a `$(date)` in each of tar and mv named two files when the second ticked between them
+    # (seen on the testbed: `mv: cannot stat '...T163318Z.tar.gz.part'`)
+    name = shlex.quote(f"{directory}/statesave-{old}-to-{new}-") + "\"$(date -u +%Y%m%dT%H%M%SZ).tar.gz\""
+    return RunCommand(command=(f"{state_location(conf)}; mkdir -p {shlex.quote(directory)} && f={name} && "
+                               f"tar -C \"$d\" -czf \"$f.part\" . && mv \"$f.part\" \"$f\" && "
+                               f"echo \"$d -> $f\""),
                       description=f"back up slurmctld's StateSaveLocation into {directory}")
 
 

@@ -192,6 +192,54 @@ def test_the_driver_contract_is_called_never_looked_up() -> None:
     assert found == [], found
 
 
+def slurm_imports(package: str) -> list[str]:
+    """`module: imported name` for each import in PACKAGE (reconciler/PACKAGE) of a module or name that says slurm."""
+    found = []
+    for path in python_files(f"reconciler/{package}"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module or ''}.{alias.name}" for alias in node.names]
+            found += [f"{path.relative_to(REPO)}: {n}" for n in names if "slurm" in n.lower()]
+    return found
+
+
+def private_imports(*roots: str) -> list[str]:
+    """`file:line name` for each private name (`_x`) one first-party module takes from another: imported, or read
+    as an attribute of an imported first-party module."""
+    first_party = ("reconciler", "bench", "deploy", "tests")
+    found = []
+    for path in python_files(*roots):
+        tree = ast.parse(path.read_text(), str(path))
+        modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {alias.asname or alias.name for alias in node.names
+                            if alias.name.split(".")[0] in first_party}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in first_party:
+                found += [f"{path.relative_to(REPO)}:{node.lineno} {alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+                modules |= {alias.asname or alias.name for alias in node.names}
+        found += [f"{path.relative_to(REPO)}:{node.lineno} {node.value.id}.{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in modules and node.attr.startswith("_") and not node.attr.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """A module's `_private` names are its own: no other module of the product or the bench imports or reads one
+    (what others need is public, with a docstring)."""
+    assert private_imports("reconciler", "drivers", "checks", "bench", "deploy") == []
+
+
+def test_the_engine_knows_no_slurm() -> None:
+    """What the engine needs of Slurm comes through the driver contract: it imports no module or name that says
+    slurm (the drivers that know Slurm provide it: drivers/step_order.py, drivers/slurm_config.py, ...)."""
+    assert slurm_imports("engine") == []
+
+
 def test_no_driver_changes_the_plan_in_place() -> None:
     """A driver's review returns edits (engine/review.py) and its followups return steps: no driver writes the
     plan's changes, warnings, errors or follow-ups itself."""

@@ -24,8 +24,9 @@ from pydantic import ValidationError
 from reconciler.cli.support import CLUSTER
 from reconciler.desired.agesecrets import AgeError, Encrypted, decrypt, encrypt, identity_path, load_identities
 from reconciler.desired.clusters import need_cluster, read_cluster
+from reconciler.desired.errors import nearest
 from reconciler.desired.layout import is_multi_cluster
-from reconciler.desired.loader import ConfigError, DesiredStateError, KeyPath, Location, _merge, _nearest, yaml_files
+from reconciler.desired.loader import ConfigError, DesiredStateError, KeyPath, Location, merge_files, yaml_files
 from reconciler.model import AGE_SUFFIX, Secrets
 
 MAX_PLAINTEXT_BYTES = 1 << 20  # what a managed file's source may hold (managed.MAX_SOURCE_BYTES)
@@ -50,7 +51,7 @@ def read_recipients(directory: str | Path, cluster: str | None = None) -> list[s
         raise DesiredStateError([ConfigError(None, (), f"--cluster {cluster}: {root} is a single-cluster desired "
                                              "state (it has no clusters/ directory)")])
     else:
-        merged, locations = _merge(root, yaml_files(root), errors)
+        merged, locations = merge_files(root, yaml_files(root), errors)
     if errors:
         raise DesiredStateError(errors)
     raw = merged.get("secrets")
@@ -63,11 +64,11 @@ def read_recipients(directory: str | Path, cluster: str | None = None) -> list[s
         found = []
         for err in exc.errors():
             path: KeyPath = ("secrets", *(p for p in err["loc"] if isinstance(p, int | str)))
-            where: Location | None = _nearest(locations, path)
+            where: Location | None = nearest(locations, path)
             found.append(ConfigError(where, path, err["msg"].removeprefix("Value error, ")))
         raise DesiredStateError(found) from None
     if not secrets.recipients:
-        raise DesiredStateError([ConfigError(_nearest(locations, ("secrets",)), ("secrets", "recipients"),
+        raise DesiredStateError([ConfigError(nearest(locations, ("secrets",)), ("secrets", "recipients"),
                                              "no recipients: whom to encrypt to")])
     return secrets.recipients
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, LoadedState, Location
 from reconciler.desired.layout import BASES_DIR, CLUSTERS_DIR, OVERLAY_FILE, cluster_names, is_multi_cluster
-from reconciler.desired.loader import LoadLimits, _merge, _parse_file, load_dir, validate_merged, yaml_files
+from reconciler.desired.loader import LoadLimits, load_dir, merge_files, parse_file, validate_merged, yaml_files
 from reconciler.desired.overlay import Merged, merge_layers
 from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_promotion
 
@@ -34,7 +34,7 @@ def _bases(root: Path, name: str, errors: list[ConfigError], limits: LoadLimits 
     if not path.is_file():
         return [], path
     locations: dict[KeyPath, Location] = {}
-    doc = _parse_file(path, rel, errors, limits, locations)
+    doc = parse_file(path, rel, errors, limits, locations)
     if doc is None:
         return [], path
     if not isinstance(doc, dict):
@@ -76,7 +76,7 @@ def _layer(root: Path, directory: Path, errors: list[ConfigError], limits: LoadL
     """One layer's files merged as a single-cluster directory's are (locations relative to ROOT)."""
     found = [p for p in yaml_files(directory) if p != directory / OVERLAY_FILE]
     files.extend(found)
-    return _merge(root, found, errors, limits)
+    return merge_files(root, found, errors, limits)
 
 
 def _stray_files(root: Path) -> list[ConfigError]:

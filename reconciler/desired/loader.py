@@ -87,7 +87,7 @@ def _folded_break_error(text: str, rel: str) -> ConfigError | None:
                        "YAML reads it as a line break, so the value would change: remove it")
 
 
-def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None,
+def parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLimits | None = None,
                 locations: dict[KeyPath, Location] | None = None) -> Any:
     """One file's document (None when it cannot be read: the error is in ERRORS), its locations into LOCATIONS."""
     limits = limits or LoadLimits.from_env()
@@ -118,7 +118,7 @@ def _parse_file(path: Path, rel: str, errors: list[ConfigError], limits: LoadLim
     return doc
 
 
-def _merge(root: Path, files: list[Path], errors: list[ConfigError],
+def merge_files(root: Path, files: list[Path], errors: list[ConfigError],
            limits: LoadLimits | None = None) -> tuple[dict[str, Any], dict[KeyPath, Location]]:
     """Merge the top-level keys of all files: mappings once, lists concatenated, split sections by their lists."""
     merged: dict[str, Any] = {}
@@ -126,7 +126,7 @@ def _merge(root: Path, files: list[Path], errors: list[ConfigError],
     for path in files:
         rel = str(path.relative_to(root))
         file_locs: dict[KeyPath, Location] = {}
-        plain = _parse_file(path, rel, errors, limits, file_locs)
+        plain = parse_file(path, rel, errors, limits, file_locs)
         if plain is None:
             continue
         if not isinstance(plain, dict):
@@ -153,7 +153,8 @@ def _merge(root: Path, files: list[Path], errors: list[ConfigError],
     return merged, locations
 
 
-def _pydantic_errors(exc: ValidationError, locations: dict[KeyPath, Location]) -> list[ConfigError]:
+def pydantic_errors(exc: ValidationError, locations: dict[KeyPath, Location]) -> list[ConfigError]:
+    """A validation error as ConfigErrors, each at the nearest located key of its path."""
     out = []
     for err in exc.errors():
         path: KeyPath = tuple(p for p in err["loc"] if isinstance(p, int | str))
@@ -296,7 +297,7 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
     errors: list[ConfigError] = []
     if not files:
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
-    merged, locations = _merge(root, files, errors, limits)
+    merged, locations = merge_files(root, files, errors, limits)
     state = validate_merged(root, merged, locations, errors)
     return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)
 
@@ -318,7 +319,7 @@ def validate_merged(root: Path, merged: dict[str, Any], locations: dict[KeyPath,
     if exc is not None:
         parse_failed = bool(errors)
         errors.extend(ConfigError(_nearest(locations, path), path, msg) for path, msg in partial)
-        errors.extend(e for e in _pydantic_errors(exc, locations)
+        errors.extend(e for e in pydantic_errors(exc, locations)
                       # a file that failed to parse explains a missing top-level key better
                       if not (parse_failed and len(e.path) == 1 and e.message == "required key is missing"))
     if state is not None:
@@ -353,10 +354,10 @@ def load_yaml_model(path: str | Path, model: type[ModelT]) -> ModelT:
     if not path.is_file():
         raise DesiredStateError([ConfigError(None, (), f"{path}: no such file")])
     locations: dict[KeyPath, Location] = {}
-    doc = _parse_file(path, str(path), errors, None, locations)
+    doc = parse_file(path, str(path), errors, None, locations)
     if errors:
         raise DesiredStateError(errors)
     try:
         return model.model_validate(doc if doc is not None else {})
     except ValidationError as exc:
-        raise DesiredStateError(_pydantic_errors(exc, locations)) from None
+        raise DesiredStateError(pydantic_errors(exc, locations)) from None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, Location, nearest
 from reconciler.desired.layout import cluster_names
-from reconciler.desired.loader import _parse_file, _pydantic_errors
+from reconciler.desired.loader import parse_file, pydantic_errors
 from reconciler.model import parse_duration
 
 PROMOTION_FILE = "promotion.yaml"
@@ -59,13 +59,13 @@ def read_promotion(root: str | Path, clusters: list[str] | None = None) -> dict[
         return {}
     errors: list[ConfigError] = []
     locations: dict[KeyPath, Location] = {}
-    doc = _parse_file(path, PROMOTION_FILE, errors, None, locations)
+    doc = parse_file(path, PROMOTION_FILE, errors, None, locations)
     if errors:
         raise DesiredStateError(errors)
     try:
         rules = _PromotionFile.model_validate(doc if doc is not None else {}).promotion
     except ValidationError as exc:
-        raise DesiredStateError(_pydantic_errors(exc, locations)) from None
+        raise DesiredStateError(pydantic_errors(exc, locations)) from None
     known = cluster_names(root) if clusters is None else clusters
     for name, rule in rules.items():
         if name not in known:

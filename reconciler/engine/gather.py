@@ -63,8 +63,6 @@ def parse_node_facts(ctx: Context, node: str, result: CommandResult,
         return NodeFacts(node=node, reachable=False, error=f"unreadable facts: {exc}"), {}
     if "mountinfo" in commands:
         facts.mounts = parsers.parse_mountinfo(commands["mountinfo"]["stdout"])
-    if "slurm_version" in commands:
-        facts.slurm_version = parsers.parse_slurm_version(commands["slurm_version"]["stdout"])
     if "services" in commands:
         facts.services = parse_status(ctx.specs[node].service_manager,
                                       services or [],

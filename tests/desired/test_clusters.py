@@ -39,14 +39,14 @@ def _locs(layer: int, data: dict[str, object]) -> dict[tuple[str | int, ...], st
     return out
 
 
-def _merge(*layers: dict[str, object]):  # type: ignore[no-untyped-def]
+def merge_files(*layers: dict[str, object]):  # type: ignore[no-untyped-def]
     return merge_layers([(data, _locs(i, data)) for i, data in enumerate(layers)])
 
 
 # ---- the merge rules -------------------------------------------------------------------------------------------
 
 def test_mappings_merge_key_by_key_recursively() -> None:
-    merged = _merge({"cluster": {"name": "a", "slurm_conf": {"X": 1, "Y": 2}}},
+    merged = merge_files({"cluster": {"name": "a", "slurm_conf": {"X": 1, "Y": 2}}},
                     {"cluster": {"slurm_conf": {"Y": 3, "Z": 4}}})
     assert merged.data == {"cluster": {"name": "a", "slurm_conf": {"X": 1, "Y": 3, "Z": 4}}}
     assert merged.locations[("cluster", "name")] == "L0:cluster.name"
@@ -57,7 +57,7 @@ def test_mappings_merge_key_by_key_recursively() -> None:
 def test_lists_of_named_mappings_merge_by_name_and_new_names_are_appended_in_order() -> None:
     base = {"parts": [{"name": "gpu", "MaxTime": "1:00:00", "State": "UP"}, {"name": "debug", "State": "UP"}]}
     over = {"parts": [{"name": "new2"}, {"name": "gpu", "MaxTime": "2:00:00"}, {"name": "new1"}]}
-    merged = _merge(base, over)
+    merged = merge_files(base, over)
     assert merged.data["parts"] == [{"name": "gpu", "MaxTime": "2:00:00", "State": "UP"},
                                     {"name": "debug", "State": "UP"}, {"name": "new2"}, {"name": "new1"}]
     assert merged.trace[("parts", 0, "MaxTime")] == ["L0:parts.0.MaxTime", "L1:parts.1.MaxTime"]
@@ -67,19 +67,19 @@ def test_lists_of_named_mappings_merge_by_name_and_new_names_are_appended_in_ord
 
 
 def test_other_lists_are_replaced_whole_and_their_old_items_leave_no_trace() -> None:
-    merged = _merge({"a": [1, 2, 3], "b": [{"name": "x"}], "c": [{"x": 1}, {"x": 2}]},
+    merged = merge_files({"a": [1, 2, 3], "b": [{"name": "x"}], "c": [{"x": 1}, {"x": 2}]},
                     {"a": [9], "b": [], "c": [{"x": 5}]})
     assert merged.data == {"a": [9], "b": [], "c": [{"x": 5}]}
     assert ("a", 1) not in merged.locations and ("a", 1) not in merged.trace
     assert ("c", 1, "x") not in merged.locations
     assert merged.trace[("a", 0)] == ["L1:a.0"]  # a replaced list's items are the new ones only
     assert merged.trace[("a",)] == ["L0:a", "L1:a"]
-    mixed = _merge({"l": [{"name": "x", "v": 1}]}, {"l": [{"name": "x", "v": 2}, "plain"]})
+    mixed = merge_files({"l": [{"name": "x", "v": 1}]}, {"l": [{"name": "x", "v": 2}, "plain"]})
     assert mixed.data["l"] == [{"name": "x", "v": 2}, "plain"]  # not every item named: replaced
 
 
 def test_scalars_and_mismatched_types_are_replaced() -> None:
-    merged = _merge({"k": {"deep": {"x": 1}}, "s": 1}, {"k": "flat", "s": None}, {"s": "three"})
+    merged = merge_files({"k": {"deep": {"x": 1}}, "s": 1}, {"k": "flat", "s": None}, {"s": "three"})
     assert merged.data == {"k": "flat", "s": "three"}
     assert ("k", "deep") not in merged.locations and ("k", "deep", "x") not in merged.trace
     assert merged.trace[("s",)] == ["L0:s", "L1:s", "L2:s"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.drivers.slurm_upgrade_steps import MARK, without_daemon_restarts
+from reconciler.drivers.slurm_upgrade_steps import MARK, backup_state, without_daemon_restarts
 
 OWN = "#!/bin/sh\necho \"own $*\" >> \"$(dirname \"$0\")/asked\"\nexit 104\n"
 
@@ -62,3 +62,28 @@ def test_a_leftover_of_ours_is_replaced_not_kept_as_the_nodes(tmp_path: Path) ->
     done = run(policy, "true")
     assert done.returncode == 0, done.stderr
     assert policy.read_text() == OWN and not aside.exists()
+
+
+def test_state_backup_names_its_archive_once_even_when_the_clock_ticks(tmp_path: Path) -> None:
+    """The StateSaveLocation archive is written as NAME.part and moved to NAME: one name, however slow tar is. A
+    `date` on PATH that answers a later second at each call (the clock ticking during tar) must not split it: the
+    name came from two `$(date)`s, and the testbed's upgrade failed with `mv: cannot stat '...Z.tar.gz.part'`."""
+    state, backups, bin_dir = tmp_path / "state", tmp_path / "backups", tmp_path / "bin"
+    state.mkdir()
+    (state / "node_state").write_text("nodes\n")
+    bin_dir.mkdir()
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=c\nStateSaveLocation={state}\n")
+    tick = bin_dir / "date"
+    tick.write_text(f"#!/bin/sh\nn=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n\n"
+                    "echo 20261128T1633${n}0Z\n")
+    tick.chmod(0o755)
+    step = backup_state(str(conf), str(backups), "24.11", "26.05")
+    done = subprocess.run(["/bin/sh", "-c", step.command], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    archives = sorted(p.name for p in backups.iterdir())
+    assert archives == ["statesave-24.11-to-26.05-20261128T163300Z.tar.gz"], archives
+    listed = subprocess.run(["tar", "-tzf", str(backups / archives[0])], capture_output=True, text=True, timeout=30)
+    assert "./node_state" in listed.stdout.split()
+    assert done.stdout.strip() == f"{state} -> {backups / archives[0]}"
