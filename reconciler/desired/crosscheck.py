@@ -14,6 +14,7 @@ from reconciler.desired.relations import relations
 from reconciler.model import AccountSpec, DesiredState, SlurmScalar, UserSpec
 from reconciler.model import values as value_rules
 from reconciler.model.kernel import kernel_problems
+from reconciler.model.state import section_paths, sections
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -173,7 +174,27 @@ def _other_owners(state: DesiredState) -> dict[str, str]:
         owners["/etc/munge/munge.key"] = "munge:"
     for index, patch in enumerate(state.patches):
         owners.setdefault(patch.path, f"patches[{index}] ({patch.name})")
+    for where, path in section_paths(state):
+        owners.setdefault(path, f"{where[0]}[{where[1]}]")
     return owners
+
+
+def _sections(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> Iterator[Problem]:
+    """What every key declared with a Section gets (reconciler/model/base.py): its entries' nodes in the inventory,
+    one entry writing a path per node."""
+    for key, section, entries in sections(state):
+        taken: dict[tuple[str, str], int] = {}
+        for index, item in enumerate(entries):
+            if item.nodes and (missing := _unknown(item.nodes, known)):
+                yield (key, index, "nodes"), f"unknown nodes: {_names(missing)}"
+            if section.writes is None:
+                continue
+            path = str(getattr(item, section.writes))
+            if clash := _claim(taken, [(name, path) for name in _selected(item.nodes, list(item.roles), roles)],
+                               index):
+                (name, _), other = clash
+                yield (key, index, section.writes), (f"{key}[{index}] and {key}[{other}] both write {path} on "
+                                                     f"node {name}")
 
 
 def _files(state: DesiredState, known: set[str], roles: dict[str, set[str]]) -> Iterator[Problem]:
@@ -329,7 +350,8 @@ def cross_check(state: DesiredState) -> list[Problem]:
             roles.setdefault(name, set()).update(entry.roles)
     known = set(roles)
     return [*_inventory(state), *_slurm(state, known), *_slurm_params(state), *_storage(state, known, roles),
-            *_others(state, known), *_files(state, known, roles), *targets.refusals(state),
+            *_others(state, known), *_sections(state, known, roles), *_files(state, known, roles),
+            *targets.refusals(state),
             *_accounting(state), *relations(state),
             *kernel_problems(state.kernel, roles, [item.path for item in state.files]),
             *upgrade_rules.problems(state, roles), *packagecheck.package_problems(state),

@@ -20,10 +20,11 @@ from reconciler.desired.managed import read_sources
 from reconciler.desired.sectionmerge import duplicate_names, merge_split
 from reconciler.desired.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 from reconciler.model import DesiredState
+from reconciler.model.state import list_keys
 
 MAX_ERRORS = 200  # errors reported per load; the rest are counted
 ModelT = TypeVar("ModelT", bound=BaseModel)
-MERGEABLE_LISTS = ("nodes", "images", "patches", "files", "services", "packages")
+MERGEABLE_LISTS = list_keys()  # every top-level list of the model: any file may add entries
 
 
 @dataclass(frozen=True)

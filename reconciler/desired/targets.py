@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from reconciler.model import DesiredState
+from reconciler.model.state import section_paths
 
 SYSTEM_DIRS = frozenset({"/", "/etc", "/usr", "/var", "/boot", "/proc", "/sys", "/dev", "/run", "/bin", "/sbin",
                          "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/local",
@@ -50,6 +51,7 @@ def _managed_paths(state: DesiredState) -> Iterator[tuple[tuple[str | int, ...],
         yield ("patches", index, "path"), patch.path
     for index, image in enumerate(state.images):
         yield ("images", index, "path"), image.path
+    yield from section_paths(state)
 
 
 def refusals(state: DesiredState) -> Iterator[Problem]:

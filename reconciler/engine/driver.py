@@ -6,8 +6,9 @@ Required: `name`, `phase` (its place in drivers/phases.py), `request` (the facts
 what it needs): `scope` (`cluster`: every change of the driver must be the same everywhere, one gated wave),
 `absorb` (its own facts parsed from a node's answers, kept typed: `cluster.keep(node, obj)`, read back with
 `ctx.facts.kept_of(Type, node)`), `review` (what it concludes from the whole plan, as edits the engine makes:
-engine/review.py) and `followups` (the steps that follow from the whole plan; it changes nothing). The engine
-calls these directly; nothing is looked up with getattr (tests/test_layout.py).
+engine/review.py), `followups` (the steps that follow from the whole plan; it changes nothing) and `converged`
+(a node's facts as they read once the desired state holds: planning without SSH, engine/synthetic_facts.py).
+The engine calls these directly; nothing is looked up with getattr (tests/test_layout.py).
 
 In `make_plan`: every driver's `plan` per node; then each driver's `review`, in the drivers' order, its edits
 made before the next reviews; then every driver's `followups`, merged with the changes' own.
@@ -53,6 +54,9 @@ class Driver(Protocol):
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """Steps that follow from the whole plan (the plan itself is not changed)."""
 
+    def converged(self, ctx: Context, node: str, facts: NodeFacts) -> None:
+        """Add to FACTS what NODE reports of this driver's things once they match the desired state."""
+
 
 class DriverDefaults:
     """The optional parts of the contract with their defaults."""
@@ -70,3 +74,6 @@ class DriverDefaults:
     def followups(self, ctx: Context, plan: Plan) -> list[FollowUp]:
         """No steps from the whole plan."""
         return []
+
+    def converged(self, ctx: Context, node: str, facts: NodeFacts) -> None:
+        """Nothing of its own beyond what synthetic_facts makes."""

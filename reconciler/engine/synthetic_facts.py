@@ -7,10 +7,12 @@ converged cluster and then make parts of it drift.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs, slurm_nodes
 from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.facts.models import ClusterFacts, FileFact, MountFact, NodeFacts, ServiceFact, SlurmNodeFact, StatFact
 from reconciler.render import managed_files_for, render_file
 from reconciler.render.files import file_path
@@ -22,8 +24,9 @@ def file_fact(content: str, mode: str = "0644") -> FileFact:
                     group="root", size=len(content), content=content)
 
 
-def converged_facts(ctx: Context) -> ClusterFacts:
-    """Facts of a cluster that matches the desired state: every managed file as rendered, mounts, images."""
+def converged_facts(ctx: Context, drivers: Sequence[Driver] = ()) -> ClusterFacts:
+    """Facts of a cluster that matches the desired state: every managed file as rendered, mounts, images, and what
+    each of DRIVERS says of its own things (`converged`)."""
     state = ctx.state
     facts = ClusterFacts(controller=ctx.controller)
     shared: dict[str, FileFact] = {}
@@ -48,6 +51,8 @@ def converged_facts(ctx: Context) -> ClusterFacts:
             if image.import_on == name:
                 node.stats[image.path] = StatFact(exists=True, size=4096, mtime=1)
         node.services = {s: ServiceFact(name=s, running=True) for s in ("munge", "slurmd", "slurmctld")}
+        for driver in drivers:
+            driver.converged(ctx, name, node)
         facts.nodes[name] = node
     for name in slurm_nodes(state):
         facts.slurm_nodes[name] = SlurmNodeFact(name=name, state="IDLE")

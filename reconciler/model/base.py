@@ -5,6 +5,7 @@ sizes, node roles and NodeSelection (which nodes get something).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -93,3 +94,15 @@ class NodeSelection(Strict):
         if self.nodes is None and not self.roles:
             raise ValueError("say which nodes: nodes (a hostlist) and/or roles")
         return self
+
+
+@dataclass(frozen=True)
+class Section:
+    """What validate derives for a top-level key from its field in DesiredState (`Annotated[..., Section(...)]`).
+
+    Every entry's `nodes` is checked against the inventory; WRITES names the entry field holding the path a
+    kind writes on each node it selects: two entries writing one path on a node are refused, `files:` may not
+    write it, and it gets the checks of every managed path (reconciler/desired/targets.py).
+    """
+
+    writes: str | None = None
