@@ -59,8 +59,8 @@ class Probe:
                                               "log_format": "json", "ssh": ssh, "ssh_idle_timeout": "10m"})
         config.state_path.mkdir(parents=True, exist_ok=True)
         self.store = Store(config.state_path / "state.db")
-        self.reconciler = Reconciler(config, self.store, Metrics(), threading.Event(), config_dir=work)
-        self.reconciler.sessions = Sessions(IDLE_TIMEOUT)
+        self.reconciler = Reconciler(config, self.store, Metrics(), threading.Event(), config_dir=work,
+                                     sessions=Sessions(IDLE_TIMEOUT))
         self.phases: dict[str, float] = {}
         _timing(self.phases)
 

@@ -101,15 +101,15 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
         store.close_interrupted_runs()
         stop = threading.Event()
         reconciler = Reconciler(config, store, Metrics(), stop, config_dir=path.parent if path else Path.cwd())
-        reconciler.ha = make_ha(reconciler, threading.Event())  # one of a pair: act only with the lease
+        reconciler.role.ha = make_ha(reconciler, threading.Event())  # one of a pair: act only with the lease
         try:
             outcome = reconciler.cycle("once", force=True)
         finally:
             stop.set()
             if reconciler.ha is not None:
                 reconciler.ha.release()
-        if reconciler.notifier is not None:
-            reconciler.notifier.close(timeout=10.0)
+        if reconciler.notices.notifier is not None:
+            reconciler.notices.notifier.close(timeout=10.0)
     finally:
         store.close()
         lock.close()

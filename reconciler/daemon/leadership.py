@@ -96,7 +96,7 @@ def take_over(reconciler: LoopHost, ha: HighAvailability) -> None:
             store.mark_rolled_back(commit, mark)  # the predecessor's gate failed on it: not applied again
     if applied and applied != reconciler.state.applied:
         reconciler.state.applied = applied
-        reconciler.applied_target = None
+        reconciler.state.applied_target = None
         store.set("applied_commit", applied)
     loaded = reconciler.ha_loaded
     announced: dict[str, str] = {}

@@ -1,81 +1,198 @@
 """The reconcile loop: pick the newest valid commit, plan it against the live cluster, apply or report.
 
-This module is the cycle itself; the loop's other jobs are its base classes: loop_core (state, role in a pair,
-notifications), loop_source (the target), loop_checks (drift and health-check scheduling), loop_prs (PR reports),
-loop_apply (applies, rollouts, run records), loop_promotion (the promotion gate of a multi-cluster
-repository). Target and LoopState live in loop_state.
+The loop holds its parts as objects, each with its own state and handed what it uses: the schedule
+(loop_schedule: drift interval, retry backoff), the target source (loop_source: Git or the watched directory),
+the health checks (loop_checks), the PR reports (loop_prs), applies and rollouts (loop_apply) and the promotion
+gate (loop_promotion); what they share is in loop_core (Common, Role, Notices). Target and LoopState live in
+loop_state.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from reconciler.checks import store as check_store
 from reconciler.common import clock
 from reconciler.daemon import notify
-from reconciler.daemon.leadership import MirroredJournal, fenced, mirror
-from reconciler.daemon.loop_checks import Schedules
-from reconciler.daemon.loop_core import new_run_id
-from reconciler.daemon.loop_promotion import Promoting
+from reconciler.daemon.config import DaemonConfig
+from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.leadership import MirroredJournal, fenced, take_over
+from reconciler.daemon.loop_apply import Applying, Outcome
+from reconciler.daemon.loop_checks import HealthChecks
+from reconciler.daemon.loop_core import Common, Notices, Role, new_run_id
+from reconciler.daemon.loop_promotion import Promotion
+from reconciler.daemon.loop_prs import PrReports
+from reconciler.daemon.loop_schedule import Schedule
+from reconciler.daemon.loop_source import Targets
 from reconciler.daemon.loop_state import LoopState, Target
-from reconciler.daemon.rollouts import outcome_of
-from reconciler.daemon.store import PENDING_FOLLOWUPS
+from reconciler.daemon.metrics import Metrics
+from reconciler.daemon.notify import Notifier
+from reconciler.daemon.sessions import Sessions
+from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
+from reconciler.daemon.workers import Background, Gate
 from reconciler.desired.inventory import node_specs
+from reconciler.desired.loader import LoadedState
 from reconciler.drivers import all_drivers
 from reconciler.engine.followups import FollowUp
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
+from reconciler.ha.lease import LeaseError
+from reconciler.ha.role import HighAvailability
 
 __all__ = ["LoopState", "Reconciler", "Target"]
 
 
-class Reconciler(Promoting, Schedules):
-    """One daemon's reconcile logic; `cycle()` is called by the process loop."""
+
+class Reconciler:
+    """One daemon's reconcile loop: it holds the loop's parts and runs `cycle()` when the process loop calls it."""
+
+    def __init__(self, config: DaemonConfig, store: Store, metrics: Metrics, stop: Any,
+                 config_dir: Path | None = None, sessions: Sessions | None = None) -> None:
+        self.log = structlog.get_logger("reconciler")
+        self.common = Common(config, store, metrics, stop, config_dir or Path.cwd(), self.log)
+        self.store, self.metrics, self.stop = store, metrics, stop
+        self.source = (GitSource(config.repository, config.state_path / "repo", config.signing)
+                       if config.repository else None)
+        self.state = LoopState(good=store.get("good_commit"), applied=store.get("applied_commit"),
+                               seen_head=store.get("seen_head"))
+        # SSH sessions: fresh per cycle unless the daemon gives persistent ones; workers: None in --once mode
+        # (checks and PR reports then run inline after the cycle, as the one-shot always did).
+        self.sessions = sessions or Sessions(0)
+        self.gate = Gate()
+        self.background: Background | None = None
+        # Two login nodes (config `ha:`): the role (its `ha` set by make_ha), and the desired state the lease thread
+        # reaches the lease node with (reconciler/daemon/leadership.py).
+        self.role = Role()
+        self.ha_loaded: LoadedState | None = None
+        self.notices = Notices(Notifier(config.notifications, self.common.config_dir) if config.notifications
+                               else None, self.role, self.log)
+        self.schedule = Schedule(self.common)
+        self.targets = Targets(self.common, self.state, self.source, self.notices)
+        self.checks = HealthChecks(self.common, self.notices)
+        self.prs = PrReports(self.common, self.source)
+        self.promotion = Promotion(self.common, self.state, self.source, self.targets.target_of)
+        self.apply = Applying(self.common, self.role, self.notices, self.state, self.schedule, self.sessions,
+                              self.gate, self.source, self.targets.target_of, self.prs.note_rollback,
+                              on_applied=self.promotion.applied)
+        self._connects_seen = 0
+        head = store.get("head_status") or {}
+        metrics.source_ok.set(1 if head.get("status") == "valid" else 0)  # a restart keeps the last verdict
+        with contextlib.suppress(sqlite3.Error):  # a restart keeps the GPU faults of the latest results too
+            metrics.set_gpu_faults(check_store.latest(store.conn))
+
+    # ------------------------------------------------------------ the daemon around the loop
+
+    @property
+    def config(self) -> DaemonConfig:
+        """The daemon config in force (replaced by `reload`)."""
+        return self.common.config
+
+    @property
+    def ha(self) -> HighAvailability | None:
+        """This daemon's pair role (None: a single daemon)."""
+        return self.role.ha
+
+    @property
+    def mode(self) -> str:
+        """The configured mode while acting; `report` on a standby."""
+        return self.role.mode(self.config.mode)
+
+    def acts(self) -> bool:
+        """Whether this daemon may change the cluster: a single daemon always, one of a pair while it leads."""
+        return self.role.acts()
+
+    def takeover_due(self) -> bool:
+        """Whether this daemon became the leader and has not taken over yet (the loop runs a cycle at once)."""
+        return self.role.takeover_due()
+
+    def due(self, now: float) -> bool:
+        """Whether a drift check or retry is due (NOW: time.monotonic())."""
+        return self.schedule.due(now)
+
+    def next_wake(self, now: float) -> float:
+        """Seconds until the next drift check or retry (NOW: time.monotonic())."""
+        return self.schedule.next_wake(now)
+
+    def start_workers(self) -> Background:
+        """Start the check and PR workers (the daemon; --once runs both inline after its cycle)."""
+        self.background = Background(self, self.sessions, self.gate, self.store.path)
+        self.apply.preempt = self.background.checks.cancel_jobs
+        self.background.start()
+        return self.background
+
+    def reload(self, config: DaemonConfig, notifier: Notifier | None) -> None:
+        """SIGHUP: the new config and notifier (the old one closed); SSH idle timeout and Git settings follow."""
+        if self.notices.notifier is not None:
+            self.notices.notifier.close(timeout=1.0)
+        self.notices.notifier = notifier
+        self.common.config = config
+        self.sessions.set_idle_timeout(float(config.seconds("ssh_idle_timeout")))
+        if config.repository and self.source is not None:
+            self.source.cfg, self.source.signing = config.repository, config.signing
 
     # ------------------------------------------------------------ one cycle
 
     def cycle(self, trigger: str, force: bool = False) -> str | None:
         """Resolve the target and reconcile it when new, due or forced; return the run's outcome (or None)."""
         self.metrics.drift_interval.set(self.config.seconds("drift_interval"))
-        if self.source is not None:
-            target, new = self._resolve_git()
-        else:
-            assert self.config.watch is not None
-            target, new = self._resolve_local(Path(self.config.watch))
+        target, new = self.targets.resolve()
         if target is None:
             self.log.warning("cycle.no_target", reason="no valid desired state yet")
             return None
-        if self.ha is not None and self._leadership(target):
+        if self.role.ha is not None and self._lead(target):
             force, trigger = True, "takeover"
-        journal = MirroredJournal(self.store, self.ha).load()
+        journal = MirroredJournal(self.store, self.role.ha).load()
         if journal is not None and self.mode == "enforce":
-            return self.recover(journal)
+            return self.apply.recover(journal)
         if self.config.cluster is not None:  # promotion.yaml may hold the commit back (loop_promotion.py)
-            target = self._promote(target)
+            target = self.promotion.gate(target)
             if target is None:
                 return None
-        rolled_back = self.store.rolled_back()
-        if target.commit in rolled_back:
-            if self.state.skipped != target.commit:
-                self.log.warning("commit.rolled_back_skipped", commit=target.commit, keeping=self.state.applied,
-                                 gate=rolled_back[target.commit].get("gate"))
-                self.state.skipped = target.commit
-            target = self._target_of(self.state.applied) if self.state.applied else None
-            if target is None:
-                return None
-        now = time.monotonic()
-        pending = target.commit != self.state.applied
-        if not (force or new or pending and not self.state.retry_at or self.due(now)):
+        target = self._unless_rolled_back(target)
+        if target is None:
             return None
-        if self.state.retry_at and now < self.state.retry_at and target.commit == self.state.failed_commit \
-                and not (force or new):
+        pending = target.commit != self.state.applied
+        if not self.schedule.wants(target.commit, pending, new, force, time.monotonic()):
             return None
         return self.reconcile(target, trigger)
+
+    def _lead(self, target: Target) -> bool:
+        """Renew or take the lease (first cycle), take over when newly leader; True when a takeover happened."""
+        ha = self.role.ha
+        assert ha is not None
+        self.ha_loaded = target.loaded
+        if not ha.started:
+            ha.tick()
+            ha.start(self.stop)
+        if not self.role.takeover_due():
+            return False
+        epoch = ha.epoch
+        try:
+            take_over(self, ha)
+        except LeaseError as exc:  # without the predecessor's journal it is not safe to act: let the term go
+            self.log.error("ha.takeover_failed", error=str(exc), epoch=epoch)
+            ha.step_down(f"could not read the crash journal: {exc}")
+            return False
+        self.role.acted_epoch = epoch
+        return True
+
+    def _unless_rolled_back(self, target: Target) -> Target | None:
+        """TARGET, or the applied commit's target when a rollout rolled TARGET back (said once per commit)."""
+        rolled_back = self.store.rolled_back()
+        if target.commit not in rolled_back:
+            return target
+        if self.state.skipped != target.commit:
+            self.log.warning("commit.rolled_back_skipped", commit=target.commit, keeping=self.state.applied,
+                             gate=rolled_back[target.commit].get("gate"))
+            self.state.skipped = target.commit
+        return self.targets.target_of(self.state.applied) if self.state.applied else None
 
     def reconcile(self, target: Target, trigger: str) -> str:
         """Gather, plan, and apply (enforce) or report (report mode); record everything."""
@@ -86,90 +203,93 @@ class Reconciler(Promoting, Schedules):
         mode = self.mode  # for the whole run: a standby's run stays a report even if it takes over meanwhile
         self.store.start_run(run_id, trigger, mode, target.commit, target.subject)
         log.info("run.start", trigger=trigger, mode=mode, subject=target.subject)
-        outcome, error, changes, applied, nodes = "error", None, 0, 0, 0
-        run: Reconcile | None = None
+        done, changes, nodes = Outcome("error", None), 0, 0
         leases = contextlib.ExitStack()
         try:
             transport = leases.enter_context(self.sessions.lease(target.loaded, self.config.ssh.forks, cycle=True))
             if mode == "enforce":  # a leader gathers, applies and rolls out with its epoch on every request
-                transport = fenced(self.ha, transport)
+                transport = fenced(self.role.ha, transport)
             run = open_reconcile(target.loaded, all_drivers(), forks=self.config.ssh.forks, transport=transport)
-            asked = clock.wall()
-            run.gather()
-            self._record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error, asked=asked)
-            plan = run.plan()
-            pending = [FollowUp.model_validate(item) for item in self.store.get(PENDING_FOLLOWUPS) or []]
-            carry_over(run.ctx, plan, pending)
             is_drift = target.commit == self.state.applied
-            for change in plan.changing():
-                change.drift = is_drift
-            self._report_plan(plan, log, is_drift, run_id, target)
+            plan = self._plan(run, target, is_drift, run_id, log)
             changes, nodes = len(plan.changing()), len(plan.nodes_changing())
-            error = _plan_problems(plan)
-            if mode == "report" or not plan.has_changes:
-                outcome = "drift" if plan.has_changes else ("partial" if error else "in-sync")
-                if not plan.has_changes and not error:
-                    self._mark_applied(target)
-            elif not self.acts():
-                outcome, error = "drift", "not applied: this daemon lost the lease before applying"
-            elif not is_drift and (target.loaded.state.rollout.waves == "progressive"
-                                   or target.loaded.state.rollout.upgrade is not None):  # reboots go node by node
-                rollout = self._rollout(run, plan, target, run_id, log)
-                applied = len(rollout.applied)
-                self.store.mark_healed(rollout.applied)
-                outcome, rollout_error = outcome_of(rollout)
-                error = "; ".join(e for e in (rollout_error, error) if e) or None
-                if outcome == "applied" and error:
-                    outcome = "partial"
-                if rollout.status == "failed" and self.state.failed_commit != target.commit:  # not rolled back
-                    self._notify(lambda: notify.apply_failed_message(target.commit, rollout.failures, error,
-                                                                     target.loaded.state.cluster.name, target.subject))
-                if outcome == "applied":
-                    self._mark_applied(target)
-                    self.store.set(PENDING_FOLLOWUPS, None)
-                    mirror(self.ha, {"followups": None}, required=False)
-            else:
-                result = self._apply(run, plan, log)
-                applied = len(result.applied)
-                self.store.mark_healed(result.applied)
-                done = {id(c) for c in result.applied}
-                self._export_drift([c for c in plan.changing() if id(c) not in done], plan, target)
-                outcome, error = self._apply_outcome(result, plan, error)
-                if outcome == "failed" and self.state.failed_commit != target.commit:  # the first failure only
-                    self._notify(lambda: notify.apply_failed_message(target.commit, result.failures, error,
-                                                                     target.loaded.state.cluster.name, target.subject))
-                elif is_drift and result.applied and outcome != "stopped":
-                    self._notify(lambda: notify.drift_healed_message(
-                        target.commit, [(c.node, c.driver, c.resource, c.summary) for c in result.applied],
-                        target.loaded.state.cluster.name))
-                if outcome == "applied":
-                    self._mark_applied(target)
-                    self.store.set(PENDING_FOLLOWUPS, None)
-                    mirror(self.ha, {"followups": None}, required=False)
-            self._after_outcome(outcome, target.commit)
-            self.last_state = target.loaded.state
-            self.check_target = target.loaded
-            applied_something = applied > 0 and outcome in ("applied", "partial")
-            self._after_cycle(run, target, applied_something, applied, log)
+            done = self._act(run, plan, target, is_drift, mode, run_id, log)
+            self._settle(done, target, is_drift)
+            self.schedule.after_outcome(done.outcome, target.commit)
+            self.checks.target = target.loaded
+            applied_something = bool(done.applied) and done.outcome in ("applied", "partial")
+            self._after_cycle(run, target, applied_something, len(done.applied), log)
         except Exception as exc:  # noqa: BLE001 - one bad run must never kill the daemon
-            error = f"{type(exc).__name__}: {exc}"
-            log.exception("run.error", error=error)
-            self._after_outcome("error", target.commit)
+            done.error = f"{type(exc).__name__}: {exc}"
+            log.exception("run.error", error=done.error)
+            self.schedule.after_outcome("error", target.commit)
         finally:
             leases.close()  # persistent sessions stay open; fresh ones (ssh_idle_timeout 0, --once) are closed
             structlog.contextvars.unbind_contextvars("run_id", "commit")
             self._count_connects()
-        duration = time.monotonic() - started
-        self.store.finish_run(run_id, outcome, changes=changes, applied=applied, nodes=nodes, error=error)
+        self._record_end(run_id, mode, done, changes, nodes, time.monotonic() - started, log)
+        return done.outcome
+
+    def _plan(self, run: Reconcile, target: Target, is_drift: bool, run_id: str, log: Any) -> Plan:
+        """Gather (keeping what Slurm says is drained), plan, carry journalled follow-ups over, report the plan."""
+        asked = clock.wall()
+        run.gather()
+        self.checks.record_drained(run.ctx.facts.slurm_nodes, run.ctx.facts.slurm_view_error, asked=asked)
+        plan = run.plan()
+        pending = [FollowUp.model_validate(item) for item in self.store.get(PENDING_FOLLOWUPS) or []]
+        carry_over(run.ctx, plan, pending)
+        for change in plan.changing():
+            change.drift = is_drift
+        self._report_plan(plan, log, is_drift, run_id, target)
+        return plan
+
+    def _act(self, run: Reconcile, plan: Plan, target: Target, is_drift: bool, mode: str, run_id: str,
+             log: Any) -> Outcome:
+        """Report the plan, or apply it: in waves for a new commit that rolls out progressively, else at once."""
+        error = _plan_problems(plan)
+        if mode == "report" or not plan.has_changes:
+            return Outcome("drift" if plan.has_changes else ("partial" if error else "in-sync"), error)
+        if not self.role.acts():
+            return Outcome("drift", "not applied: this daemon lost the lease before applying")
+        rollout = target.loaded.state.rollout
+        if not is_drift and (rollout.waves == "progressive" or rollout.upgrade is not None):
+            return self.apply.rollout(run, plan, target, run_id, log, error)  # reboots go node by node
+        done = self.apply.apply(run, plan, log, error)
+        finished = {id(c) for c in done.applied}
+        self._export_drift([c for c in plan.changing() if id(c) not in finished], plan, target)
+        return done
+
+    def _settle(self, done: Outcome, target: Target, is_drift: bool) -> None:
+        """What an outcome leaves: drift healed, the first failure or a healed drift notified, the applied commit."""
+        if done.outcome == "in-sync":
+            self.apply.mark_applied(target)
+        if not done.acted:
+            return
+        self.store.mark_healed(done.applied)
+        cluster = target.loaded.state.cluster.name
+        if done.failed and self.schedule.failed_commit != target.commit:  # the first failure only
+            self.notices.send(lambda: notify.apply_failed_message(target.commit, done.failures, done.error,
+                                                                  cluster, target.subject))
+        elif is_drift and done.applied and done.outcome != "stopped":
+            self.notices.send(lambda: notify.drift_healed_message(
+                target.commit, [(c.node, c.driver, c.resource, c.summary) for c in done.applied], cluster))
+        if done.outcome == "applied":
+            self.apply.mark_applied(target)
+            self.apply.followups_done()
+
+    def _record_end(self, run_id: str, mode: str, done: Outcome, changes: int, nodes: int, duration: float,
+                    log: Any) -> None:
+        """The run's row, metrics and last log line."""
+        applied = len(done.applied)
+        self.store.finish_run(run_id, done.outcome, changes=changes, applied=applied, nodes=nodes, error=done.error)
         self.metrics.duration.labels(mode=mode).observe(duration)
-        self.metrics.runs.labels(outcome=outcome).inc()
+        self.metrics.runs.labels(outcome=done.outcome).inc()
         self.metrics.last_run.set(clock.wall())
-        if outcome in ("applied", "in-sync", "drift"):
+        if done.outcome in ("applied", "in-sync", "drift"):
             self.metrics.last_success.set(clock.wall())
-        self.state.last_reconcile = time.monotonic()
-        log.info("run.end", outcome=outcome, changes=changes, applied=applied, seconds=round(duration, 2),
-                 error=error)
-        return outcome
+        self.schedule.ended()
+        log.info("run.end", outcome=done.outcome, changes=changes, applied=applied, seconds=round(duration, 2),
+                 error=done.error)
 
     def _report_plan(self, plan: Plan, log: Any, is_drift: bool, run_id: str, target: Target) -> None:
         changing = plan.changing()
@@ -197,13 +317,20 @@ class Reconciler(Promoting, Schedules):
             if applied == 0 and self.background.prs is not None:
                 self.background.prs.publish(target.loaded, run.ctx.facts)
             return
-        names = None if applied_something and self.config.checks_after_apply else self.due_checks()
+        names = None if applied_something and self.config.checks_after_apply else self.checks.due()
         if names is None or names:
-            self.run_checks(run.transport, target.loaded, names, "after-apply" if names is None else "schedule",
+            self.checks.run(run.transport, target.loaded, names, "after-apply" if names is None else "schedule",
                             self.store, self.stop.is_set)
-        if applied == 0 and self._prs_due(time.monotonic()):
+        if applied == 0 and self.prs.due(time.monotonic()):
             assert self.source is not None
-            self.report_prs(self.source.repo, target.loaded, run.ctx.facts, self.store, log)
+            self.prs.report(self.source.repo, target.loaded, run.ctx.facts, self.store, log)
+
+    def _count_connects(self) -> None:
+        """Export the SSH connections opened since the last look (reconciler_ssh_connects_total)."""
+        total = self.sessions.total_connects()
+        if total > self._connects_seen:
+            self.metrics.ssh_connects.inc(total - self._connects_seen)
+        self._connects_seen = total
 
 
 def _plan_problems(plan: Plan) -> str | None:

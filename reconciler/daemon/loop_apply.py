@@ -1,133 +1,166 @@
 """The reconcile loop's applying side: a plain apply or a progressive rollout (and the recovery of one a killed
-daemon left), their outcomes and records, the retry backoff, and what becomes the applied commit."""
+daemon left), how each ended as one Outcome, their records, and what becomes the applied commit."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.common import clock
+from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.leadership import MirroredJournal, fenced, mirror
-from reconciler.daemon.loop_core import new_run_id, step_fields
-from reconciler.daemon.loop_prs import PrReports
-from reconciler.daemon.loop_source import TargetSource
-from reconciler.daemon.loop_state import Target
+from reconciler.daemon.loop_core import Common, Notices, Role, new_run_id, step_fields
+from reconciler.daemon.loop_schedule import Schedule
+from reconciler.daemon.loop_state import LoopState, Target
 from reconciler.daemon.rollouts import outcome_of, rolled_back_record
+from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import PENDING_FOLLOWUPS
+from reconciler.daemon.workers import Gate
 from reconciler.engine.apply import ApplyOptions, ApplyResult
-from reconciler.engine.plan import Plan
+from reconciler.engine.plan import Change, Plan
 from reconciler.engine.run import Reconcile
-from reconciler.model import parse_duration
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
 
 
-class Applying(TargetSource, PrReports):
-    """Apply or roll out a plan, record how it went, and decide what is applied and when to retry."""
+@dataclass
+class Outcome:
+    """How an apply or a rollout ended, as the run records it: FAILED says a failure is to be notified (an apply's
+    failures, a rollout that failed without being rolled back)."""
 
-    def _apply_options(self) -> ApplyOptions:
-        return ApplyOptions(max_unavailable=self.config.max_unavailable, max_fail_percent=self.config.max_fail_percent,
-                            drain_timeout=float(self.config.seconds("drain_timeout")),
-                            should_stop=lambda: self.stop.is_set() or not self.acts())  # SIGTERM, or lease lost
+    outcome: str
+    error: str | None
+    applied: list[Change] = field(default_factory=list)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    failed: bool = False
+    acted: bool = False  # an apply or a rollout ran (a report, or a standby's run, did not)
+
+
+class Applying:
+    """Apply or roll out a plan, record how it went, and remember what is applied (ON_APPLIED hears of each)."""
+
+    def __init__(self, common: Common, role: Role, notices: Notices, state: LoopState, schedule: Schedule,
+                 sessions: Sessions, gate: Gate, source: GitSource | None,
+                 target_of: Callable[[str | None], Target | None],
+                 note_rollback: Callable[[str, dict[str, Any]], None],
+                 on_applied: Callable[[Target], None]) -> None:
+        self.common, self.role, self.notices, self.state, self.schedule = common, role, notices, state, schedule
+        self.sessions, self.gate, self.source = sessions, gate, source
+        self.target_of, self.note_rollback, self.on_applied = target_of, note_rollback, on_applied
+        self.preempt: Callable[[], None] = lambda: None  # cancels the check worker's jobs (Reconciler.start_workers)
+
+    def options(self) -> ApplyOptions:
+        """The daemon's apply options; it stops on SIGTERM or when the lease is lost."""
+        config, stop = self.common.config, self.common.stop
+        return ApplyOptions(max_unavailable=config.max_unavailable, max_fail_percent=config.max_fail_percent,
+                            drain_timeout=float(config.seconds("drain_timeout")),
+                            should_stop=lambda: stop.is_set() or not self.role.acts())
 
     # ------------------------------------------------------------ progressive rollouts
 
-    def _rollout(self, run: Reconcile, plan: Plan, target: Target, run_id: str, log: Any) -> RolloutResult:
-        """Roll a new commit out in waves (reconciler/rollout), rolled back to the applied commit on a failed gate."""
-        previous = self._target_of(self.state.applied) if self.state.applied else None
+    def rollout(self, run: Reconcile, plan: Plan, target: Target, run_id: str, log: Any, error: str | None) -> Outcome:
+        """Roll a new commit out in waves (reconciler/rollout), rolled back to the applied commit on a failed gate;
+        ERROR: the plan's own problems, kept in the outcome."""
+        previous = self.target_of(self.state.applied) if self.state.applied else None
         if previous is not None and self.source is not None:
             self.source.checkout(target.commit)  # the work tree follows the commit being applied
-        runner = RolloutRunner(target.loaded, previous.loaded if previous else None, run.transport,
-                               self._apply_options(), MirroredJournal(self.store, self.ha),
-                               log=lambda line: log.info("rollout.step", step=line),
-                               on_event=lambda kind, data: self._rollout_event(kind, data, target))
+        runner = self._runner(target, previous, run.transport, log)
         started = clock.wall()
-        preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
-        with self.gate.applying(preempt, self.stop):
+        with self.gate.applying(self.preempt, self.common.stop):
             result = runner.run(plan)
         self._finish_rollout(result, run_id, started)
-        return result
+        outcome, rollout_error = outcome_of(result)
+        error = "; ".join(e for e in (rollout_error, error) if e) or None
+        if outcome == "applied" and error:
+            outcome = "partial"
+        return Outcome(outcome, error, result.applied, result.failures, failed=result.status == "failed", acted=True)
 
     def recover(self, journal: dict[str, Any]) -> str:
         """Finish or roll back the rollout a killed daemon left in the journal (one run, trigger `recover`)."""
+        store = self.common.store
         run_id = new_run_id()
         commit = str(journal.get("commit") or "")
-        log = self.log.bind(run_id=run_id, commit=commit[:12])
-        self.store.start_run(run_id, "recover", self.mode, commit or None, None)
+        log = self.common.log.bind(run_id=run_id, commit=commit[:12])
+        store.start_run(run_id, "recover", self.role.mode(self.common.config.mode), commit or None, None)
         log.warning("rollout.recover", phase=journal.get("phase"), wave=int(journal.get("wave", 0)) + 1,
                     previous=journal.get("previous"))
         outcome, error, applied = "error", None, 0
         started = clock.wall()
         try:
-            new = self._target_of(commit)
-            old = self._target_of(journal["previous"]) if journal.get("previous") else None
+            new = self.target_of(commit)
+            old = self.target_of(journal["previous"]) if journal.get("previous") else None
             if new is None:
                 raise RuntimeError(f"the commit in flight ({commit[:12]}) cannot be loaded again")
             if self.source is not None:
                 self.source.checkout(commit)
-            with self.sessions.lease(new.loaded, self.config.ssh.forks, cycle=True) as plain:
-                transport = fenced(self.ha, plain)
-                runner = RolloutRunner(new.loaded, old.loaded if old else None, transport, self._apply_options(),
-                                       MirroredJournal(self.store, self.ha),
-                                       log=lambda line: log.info("rollout.step", step=line),
-                                       on_event=lambda kind, data: self._rollout_event(kind, data, new))
-                with self.gate.applying(lambda: None, self.stop):
+            with self.sessions.lease(new.loaded, self.common.config.ssh.forks, cycle=True) as plain:
+                runner = self._runner(new, old, fenced(self.role.ha, plain), log)
+                with self.gate.applying(lambda: None, self.common.stop):
                     result = runner.resume(journal)
             self._finish_rollout(result, run_id, started)
             applied = len(result.applied)
             outcome, error = outcome_of(result)
             if outcome == "applied":
-                self._mark_applied(new)
-            self._after_outcome(outcome, commit)
+                self.mark_applied(new)
+            self.schedule.after_outcome(outcome, commit)
         except Exception as exc:  # noqa: BLE001 - the journal stays: the next start tries again
             error = f"{type(exc).__name__}: {exc}"
             log.exception("rollout.recover_failed", error=error)
-        self.store.finish_run(run_id, outcome, applied=applied, error=error)
-        self.metrics.runs.labels(outcome=outcome).inc()
-        self.state.last_reconcile = time.monotonic()
+        store.finish_run(run_id, outcome, applied=applied, error=error)
+        self.common.metrics.runs.labels(outcome=outcome).inc()
+        self.schedule.ended()
         return outcome
+
+    def _runner(self, target: Target, previous: Target | None, transport: Any, log: Any) -> RolloutRunner:
+        return RolloutRunner(target.loaded, previous.loaded if previous else None, transport, self.options(),
+                             MirroredJournal(self.common.store, self.role.ha),
+                             log=lambda line: log.info("rollout.step", step=line),
+                             on_event=lambda kind, data: self.rollout_event(kind, data, target))
 
     def _finish_rollout(self, result: RolloutResult, run_id: str, started: float) -> None:
         """Record the rollout, remember a rolled-back commit, reset the wave gauge."""
+        store, metrics = self.common.store, self.common.metrics
         record = result.as_dict()
-        self.store.record_rollout(run_id, record, started)
-        self.metrics.rollout_wave.set(0)
-        self.metrics.rollout_waves.set(0)
+        store.record_rollout(run_id, record, started)
+        metrics.rollout_wave.set(0)
+        metrics.rollout_waves.set(0)
         if result.status in ("rolled-back", "rollback-failed") and result.commit:
             mark = {**rolled_back_record(result), "at": clock.wall(), "status": result.status}
-            self.store.mark_rolled_back(result.commit, mark)
-            mirror(self.ha, {"rolled_back": self.store.rolled_back()}, required=False)
-            self.metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
-            self._note_rollback_on_pr(result.commit, rolled_back_record(result))
+            store.mark_rolled_back(result.commit, mark)
+            mirror(self.role.ha, {"rolled_back": store.rolled_back()}, required=False)
+            metrics.rollbacks.labels(gate=(result.failed_gate or {}).get("gate", "unknown")).inc()
+            self.note_rollback(result.commit, rolled_back_record(result))
 
-    def _rollout_event(self, kind: str, data: dict[str, Any], target: Target) -> None:
+    def rollout_event(self, kind: str, data: dict[str, Any], target: Target) -> None:
         """A rollout's progress: the wave gauge, and what notifications say."""
         if kind == "wave":
-            self.metrics.rollout_wave.set(int(data["wave"]))
-            self.metrics.rollout_waves.set(int(data["waves"]))
-        notify_event = getattr(self, "notify_event", None)
-        if notify_event is not None:
-            notify_event(kind, data, target)
+            self.common.metrics.rollout_wave.set(int(data["wave"]))
+            self.common.metrics.rollout_waves.set(int(data["waves"]))
+        self.notices.rollout(kind, data, target)
 
-    def _apply(self, run: Reconcile, plan: Plan, log: Any) -> ApplyResult:
-        options = self._apply_options()
-        preempt = self.background.checks.cancel_jobs if self.background is not None else (lambda: None)
-        with self.gate.applying(preempt, self.stop) as preempted:  # never at the same time as a health check
+    # ------------------------------------------------------------ plain applies
+
+    def apply(self, run: Reconcile, plan: Plan, log: Any, error: str | None) -> Outcome:
+        """Apply the whole plan at once (never beside a health check); ERROR: the plan's own problems."""
+        with self.gate.applying(self.preempt, self.common.stop) as preempted:
             if preempted:
                 log.info("checks.preempted", reason="apply")
             if plan.followups:
                 # Journal the follow-ups first: a crash after the files are written must still restart the daemons.
                 pending = [step.model_dump(mode="json") for step in plan.followups]
-                self.store.set(PENDING_FOLLOWUPS, pending)
-                mirror(self.ha, {"followups": pending}, required=True)
-            return run.apply(plan, options, log=lambda line: log.info("apply.step", **step_fields(line)))
+                self.common.store.set(PENDING_FOLLOWUPS, pending)
+                mirror(self.role.ha, {"followups": pending}, required=True)
+            result = run.apply(plan, self.options(), log=lambda line: log.info("apply.step", **step_fields(line)))
+        outcome, error = self._apply_outcome(result, error)
+        return Outcome(outcome, error, result.applied, result.failures, failed=outcome == "failed", acted=True)
 
-    def _apply_outcome(self, result: ApplyResult, plan: Plan, error: str | None) -> tuple[str, str | None]:
+    def _apply_outcome(self, result: ApplyResult, error: str | None) -> tuple[str, str | None]:
         problems = [f"{node}: {m}" for node, ms in sorted(result.failures.items()) for m in ms]
         if result.stopped:
             problems.append(result.stopped)
         if error:
             problems.append(error)
-        if result.stopped and self.stop.is_set():
+        if result.stopped and self.common.stop.is_set():
             return "stopped", "; ".join(problems)
         if result.failures or result.stopped:
             return "failed", "; ".join(problems)
@@ -138,24 +171,20 @@ class Applying(TargetSource, PrReports):
             return "partial", "; ".join(problems)
         return ("partial", error) if error else ("applied", None)
 
-    def _after_outcome(self, outcome: str, commit: str) -> None:
-        """Backoff for failures of the same commit; a newer commit is tried at once."""
-        if outcome in ("failed", "error", "partial"):
-            if commit != self.state.failed_commit:
-                self.state.failures = 0
-            self.state.failures += 1
-            self.state.failed_commit = commit
-            backoff = parse_duration(self.config.retry.initial) * 2 ** (self.state.failures - 1)
-            delay = float(min(backoff, parse_duration(self.config.retry.max)))
-            self.state.retry_at = time.monotonic() + delay
-            self.log.warning("run.retry_scheduled", commit=commit, attempt=self.state.failures, in_seconds=delay)
-        elif outcome != "stopped":
-            self.state.failures, self.state.retry_at, self.state.failed_commit = 0, 0.0, None
+    # ------------------------------------------------------------ what is applied
 
-    def _mark_applied(self, target: Target) -> None:
-        self.applied_target = target
+    def mark_applied(self, target: Target) -> None:
+        """TARGET is the applied commit now: remembered, stored, exported, mirrored; then ON_APPLIED hears of it."""
+        store, now = self.common.store, clock.wall()
+        self.state.applied_target = target
         self.state.applied = target.commit
-        self.store.set("applied_commit", target.commit)
-        self.store.set("applied_at", clock.wall())
-        self.metrics.set_commit(self.metrics.applied_commit, target.commit, target.subject)
-        mirror(self.ha, {"applied": {"commit": target.commit, "at": clock.wall()}}, required=False)
+        store.set("applied_commit", target.commit)
+        store.set("applied_at", now)
+        self.common.metrics.set_commit(self.common.metrics.applied_commit, target.commit, target.subject)
+        mirror(self.role.ha, {"applied": {"commit": target.commit, "at": now}}, required=False)
+        self.on_applied(target)
+
+    def followups_done(self) -> None:
+        """The journalled follow-ups ran (the apply or rollout ended applied): forget them, here and by the lease."""
+        self.common.store.set(PENDING_FOLLOWUPS, None)
+        mirror(self.role.ha, {"followups": None}, required=False)

@@ -4,14 +4,16 @@ cluster's daemon promoted (promotion.py decides, promotion_http.py asks), and jo
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import git
 
 from reconciler.common import clock
-from reconciler.daemon.loop_apply import Applying
-from reconciler.daemon.loop_state import Target
+from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.loop_core import Common
+from reconciler.daemon.loop_state import LoopState, Target
 from reconciler.daemon.promotion import Decision, Upstream, decide, journal
 from reconciler.daemon.promotion_http import (
     CLUSTER_KEY,
@@ -27,30 +29,34 @@ from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_pro
 MAX_LINEAGE = 1000  # commits of the branch head's history considered for promotion
 
 
-class Promoting(Applying):
+class Promotion:
     """Hold a commit back until the earlier cluster promoted it; remember what each cluster applied, and when."""
 
-    def _promote(self, target: Target) -> Target | None:
+    def __init__(self, common: Common, state: LoopState, source: GitSource | None,
+                 target_of: Callable[[str | None], Target | None]) -> None:
+        self.common, self.state, self.source, self.target_of = common, state, source, target_of
+
+    def gate(self, target: Target) -> Target | None:
         """The target this cluster may reconcile now: TARGET, an older promoted commit, the applied one, or None."""
-        cluster = self.config.cluster
+        cluster = self.common.config.cluster
         if cluster is None or self.source is None:
             return target
-        if self.store.get(CLUSTER_KEY) != cluster:
-            self.store.set(CLUSTER_KEY, cluster)
+        if self.common.store.get(CLUSTER_KEY) != cluster:
+            self.common.store.set(CLUSTER_KEY, cluster)
         try:
             rule = self._rule_in_force(target, cluster)
         except (DesiredStateError, OSError) as exc:  # validated with the commit: a file changed under the daemon?
-            self.log.error("promotion.unreadable", error=str(exc)[:500], keeping=self.state.applied)
+            self.common.log.error("promotion.unreadable", error=str(exc)[:500], keeping=self.state.applied)
             held = Decision(None, target.commit, "promotion-unreadable", f"promotion.yaml: {str(exc)[:300]}")
-            previous = self.store.get(PROMOTION_KEY) or {}
-            self.store.set(PROMOTION_KEY, journal(previous, held, after=previous.get("after") or "?",
+            previous = self.common.store.get(PROMOTION_KEY) or {}
+            self.common.store.set(PROMOTION_KEY, journal(previous, held, after=previous.get("after") or "?",
                                                   source=previous.get("source"), unreachable=None))
-            return self._target_of(self.state.applied) if self.state.applied else None  # never ungated
+            return self.target_of(self.state.applied) if self.state.applied else None  # never ungated
         if rule is None:
-            if self.store.get(PROMOTION_KEY) is not None:
-                self.store.set(PROMOTION_KEY, None)  # promotion.yaml no longer names this cluster
+            if self.common.store.get(PROMOTION_KEY) is not None:
+                self.common.store.set(PROMOTION_KEY, None)  # promotion.yaml no longer names this cluster
             return target
-        url = self.config.promotion_sources.get(rule.after)
+        url = self.common.config.promotion_sources.get(rule.after)
         upstream: Upstream | None = None
         unreachable: str | None = None
         if target.commit == self.state.applied:
@@ -65,7 +71,7 @@ class Promoting(Applying):
             if upstream is not None and upstream.cluster != rule.after:
                 unreachable = f"the daemon at {url} reconciles cluster {upstream.cluster}, not {rule.after}"
                 upstream = None
-        previous = self.store.get(PROMOTION_KEY) or {}
+        previous = self.common.store.get(PROMOTION_KEY) or {}
         rejected = dict(previous.get("rejected") or {})
         # a drift check of the applied commit decides nothing: no `git rev-list` on that path
         lineage = [] if target.commit == self.state.applied else \
@@ -77,18 +83,18 @@ class Promoting(Applying):
                              for c, why in upstream.rolled_back.items() if c in lineage})
         record = journal(previous, self._local_times(decision, upstream), after=rule.after, source=url,
                          unreachable=unreachable, rejected=rejected)
-        self.store.set(PROMOTION_KEY, record)
+        self.common.store.set(PROMOTION_KEY, record)
         if (previous.get("holding"), previous.get("reason"), previous.get("apply")) != \
                 (record["holding"], record["reason"], record["apply"]):
-            self.log.info("promotion.decision", after=rule.after, apply=decision.apply, holding=decision.holding,
+            self.common.log.info("promotion.decision", after=rule.after, apply=decision.apply, holding=decision.holding,
                           reason=decision.reason, message=decision.message)
         if decision.apply is None or decision.apply == self.state.applied:
             if target.commit == self.state.applied:
                 return target
-            return self._target_of(self.state.applied) if self.state.applied else None
+            return self.target_of(self.state.applied) if self.state.applied else None
         if decision.apply == target.commit:
             return target
-        return self._target_of(decision.apply)
+        return self.target_of(decision.apply)
 
     def _rule_in_force(self, target: Target, cluster: str) -> PromotionRule | None:
         """This cluster's rule in TARGET's promotion.yaml, or else in the applied commit's: a commit that drops the
@@ -115,15 +121,15 @@ class Promoting(Applying):
         return Decision(decision.apply, decision.holding, decision.reason, decision.message, decision.remaining,
                         decision.upstream_applied_at + offset)
 
-    def _mark_applied(self, target: Target) -> None:
-        """As Applying's, and with `cluster:` set: the applied log (the next cluster's verdict), the promotion lag."""
-        super()._mark_applied(target)
-        if self.config.cluster is None or target.commit.startswith("local:"):
+    def applied(self, target: Target) -> None:
+        """TARGET was applied (Applying.mark_applied calls this): with `cluster:` set, the applied log (the next
+        cluster's verdict) and the promotion lag."""
+        if self.common.config.cluster is None or target.commit.startswith("local:"):
             return
         now = clock.wall()
         checks = target.loaded.state.checks
-        expects = bool(self.config.checks_after_apply and (checks.node or checks.nccl))
-        note_applied(self.store, target.commit, now, expects)
-        promotion: dict[str, Any] = self.store.get(PROMOTION_KEY) or {}
+        expects = bool(self.common.config.checks_after_apply and (checks.node or checks.nccl))
+        note_applied(self.common.store, target.commit, now, expects)
+        promotion: dict[str, Any] = self.common.store.get(PROMOTION_KEY) or {}
         if promotion.get("apply") == target.commit and promotion.get("upstream_applied_at") is not None:
-            note_promoted(self.store, target.commit, float(promotion["upstream_applied_at"]), now)
+            note_promoted(self.common.store, target.commit, float(promotion["upstream_applied_at"]), now)

@@ -9,33 +9,50 @@ from typing import Any
 
 from reconciler.common import clock
 from reconciler.daemon import notify
+from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.logs import redact_url_credentials
-from reconciler.daemon.loop_core import LoopCore, new_run_id
-from reconciler.daemon.loop_state import Target
+from reconciler.daemon.loop_core import Common, Notices, new_run_id
+from reconciler.daemon.loop_state import LoopState, Target
 from reconciler.daemon.watched import content_hash
-from reconciler.desired.agesecrets import has_encrypted, require_identity, unlock
+from reconciler.desired.agesecrets import has_encrypted, load_identities, require_identity, unlock
 from reconciler.desired.clusters import load_state, read_promotion
 from reconciler.desired.loader import DesiredStateError, LoadedState
 from reconciler.model import SSHDefaults
 
 
-class TargetSource(LoopCore):
+class Targets:
     """What to reconcile: the newest good commit (or local content), loaded with the daemon's SSH overrides."""
 
-    def _resolve_git(self) -> tuple[Target | None, bool]:
+    def __init__(self, common: Common, state: LoopState, source: GitSource | None, notices: Notices) -> None:
+        self.common, self.state, self.source, self.notices = common, state, source, notices
+        # The identity that decrypts the desired state's .age files (read once: `run` checked it can be read).
+        config = common.config
+        self.age_identity = str(common.config_dir / config.age_identity) if config.age_identity else None
+        self.age_identities = load_identities(self.age_identity) if self.age_identity else None
+        self.failing_since: float | None = None  # first of the current run of failed fetches
+        self.down_sent = False
+
+    def resolve(self) -> tuple[Target | None, bool]:
+        """The target (newest good commit, or the watched directory's content) and whether it is new."""
+        if self.source is not None:
+            return self.resolve_git()
+        assert self.common.config.watch is not None
+        return self.resolve_local(Path(self.common.config.watch))
+
+    def resolve_git(self) -> tuple[Target | None, bool]:
         """Fetch, validate a new head; return the target (newest good commit) and whether it is new."""
         assert self.source is not None
         fetched = self.source.fetch()
         if fetched.error:
-            self.log.warning("source.fetch_failed", error=fetched.error, keeping=self.state.good)
-            self.store.set("source_error", {"error": fetched.error, "at": clock.wall()})
+            self.common.log.warning("source.fetch_failed", error=fetched.error, keeping=self.state.good)
+            self.common.store.set("source_error", {"error": fetched.error, "at": clock.wall()})
         else:
-            self.store.set("source_error", None)
-        self._watch_source(fetched.error)
+            self.common.store.set("source_error", None)
+        self.watch(fetched.error)
         head = fetched.head
         if head is None:
             return None, False
-        self.metrics.set_commit(self.metrics.head_commit, head, self.source.subject(head))
+        self.common.metrics.set_commit(self.common.metrics.head_commit, head, self.source.subject(head))
         good_before = self.state.good
         if head != self.state.seen_head:
             self._consider(head)
@@ -43,76 +60,76 @@ class TargetSource(LoopCore):
         if self.state.good is None:
             return None, new
         directory = self.source.checkout(self.state.good)
-        return self._load_target(self.state.good, self.source.subject(self.state.good), directory), new
+        return self.load_target(self.state.good, self.source.subject(self.state.good), directory), new
 
     def _consider(self, head: str) -> None:
         """Verify and validate a new branch head; it becomes the good commit only when both pass."""
         assert self.source is not None
         self.state.seen_head = head
-        self.store.set("seen_head", head)
+        self.common.store.set("seen_head", head)
         subject = self.source.subject(head)
         run_id = new_run_id()
         unsigned = self.source.verify(head)
         if unsigned:
-            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
-            self.store.finish_run(run_id, "unverified", error=unsigned)
-            self.store.set("head_status", {"commit": head, "status": "unverified", "errors": [unsigned]})
-            self.metrics.source_ok.set(0)
-            self.metrics.runs.labels(outcome="unverified").inc()
-            self.log.error("commit.unverified", commit=head, error=unsigned, keeping=self.state.good)
-            self._notify(lambda: notify.invalid_commit_message(head, [unsigned], subject, why="unverified"))
+            self.common.store.start_run(run_id, "commit", self.common.config.mode, head, subject)
+            self.common.store.finish_run(run_id, "unverified", error=unsigned)
+            self.common.store.set("head_status", {"commit": head, "status": "unverified", "errors": [unsigned]})
+            self.common.metrics.source_ok.set(0)
+            self.common.metrics.runs.labels(outcome="unverified").inc()
+            self.common.log.error("commit.unverified", commit=head, error=unsigned, keeping=self.state.good)
+            self.notices.send(lambda: notify.invalid_commit_message(head, [unsigned], subject, why="unverified"))
             return
         directory = self.source.checkout(head)
         try:
             self._load(directory, commit=head)
         except DesiredStateError as exc:
             errors = [str(e) for e in exc.errors]
-            self.store.start_run(run_id, "commit", self.config.mode, head, subject)
-            self.store.finish_run(run_id, "invalid", error="\n".join(errors))
-            self.store.set("head_status", {"commit": head, "status": "invalid", "errors": errors})
-            self.metrics.source_ok.set(0)
-            self.metrics.runs.labels(outcome="invalid").inc()
-            self.log.error("commit.invalid", commit=head, errors=errors, keeping=self.state.good)
-            self._notify(lambda: notify.invalid_commit_message(head, errors, subject))
+            self.common.store.start_run(run_id, "commit", self.common.config.mode, head, subject)
+            self.common.store.finish_run(run_id, "invalid", error="\n".join(errors))
+            self.common.store.set("head_status", {"commit": head, "status": "invalid", "errors": errors})
+            self.common.metrics.source_ok.set(0)
+            self.common.metrics.runs.labels(outcome="invalid").inc()
+            self.common.log.error("commit.invalid", commit=head, errors=errors, keeping=self.state.good)
+            self.notices.send(lambda: notify.invalid_commit_message(head, errors, subject))
             return
-        self.store.set("head_status", {"commit": head, "status": "valid", "errors": []})
-        self.metrics.source_ok.set(1)
+        self.common.store.set("head_status", {"commit": head, "status": "valid", "errors": []})
+        self.common.metrics.source_ok.set(1)
         self.state.good = head
-        self.store.set("good_commit", head)
-        self.log.info("commit.valid", commit=head, subject=subject)
+        self.common.store.set("good_commit", head)
+        self.common.log.info("commit.valid", commit=head, subject=subject)
 
-    def _resolve_local(self, directory: Path) -> tuple[Target | None, bool]:
+    def resolve_local(self, directory: Path) -> tuple[Target | None, bool]:
         """Local mode: the content of the directory's files (watched.state_files) is the 'commit'."""
-        digest = content_hash(directory, (self.config.state_path.resolve(),))
+        digest = content_hash(directory, (self.common.config.state_path.resolve(),))
         new = digest != self.state.seen_head
         if new:
             self.state.seen_head = digest
-            self.store.set("seen_head", digest)
+            self.common.store.set("seen_head", digest)
             try:
                 self._load(directory)
             except DesiredStateError as exc:
                 errors = [str(e) for e in exc.errors]
                 run_id = new_run_id()
-                self.store.start_run(run_id, "watch", self.config.mode, digest, None)
-                self.store.finish_run(run_id, "invalid", error="\n".join(errors))
-                self.store.set("head_status", {"commit": digest, "status": "invalid", "errors": errors})
-                self.metrics.source_ok.set(0)
-                self.log.error("local.invalid", commit=digest, errors=errors)
-                self._notify(lambda: notify.invalid_commit_message(digest, errors))
+                self.common.store.start_run(run_id, "watch", self.common.config.mode, digest, None)
+                self.common.store.finish_run(run_id, "invalid", error="\n".join(errors))
+                self.common.store.set("head_status", {"commit": digest, "status": "invalid", "errors": errors})
+                self.common.metrics.source_ok.set(0)
+                self.common.log.error("local.invalid", commit=digest, errors=errors)
+                self.notices.send(lambda: notify.invalid_commit_message(digest, errors))
                 return None, new
-            self.store.set("head_status", {"commit": digest, "status": "valid", "errors": []})
-            self.metrics.source_ok.set(1)
+            self.common.store.set("head_status", {"commit": digest, "status": "valid", "errors": []})
+            self.common.metrics.source_ok.set(1)
             self.state.good = digest
-            self.store.set("good_commit", digest)
+            self.common.store.set("good_commit", digest)
         if self.state.good != digest:
             return None, new
-        return self._load_target(digest, None, directory), new
+        return self.load_target(digest, None, directory), new
 
     def _load(self, directory: Path, commit: str | None = None) -> LoadedState:
         """Load a desired state and decrypt its .age files with `age_identity` (DesiredStateError, with file:line,
         for a wrong key, a damaged file, or no identity configured: the commit is then invalid, nothing applied)."""
-        loaded = load_state(directory, self.config.cluster, commit=commit)
-        if self.config.cluster is not None:
+        loaded = load_state(directory, self.common.config.cluster, commit=commit)
+        if self.common.config.cluster is not None:
             read_promotion(directory)  # a wrong promotion.yaml makes the commit invalid (file:line errors)
         if has_encrypted(loaded.state):
             if self.age_identity is None or self.age_identities is None:
@@ -121,50 +138,51 @@ class TargetSource(LoopCore):
                 unlock(loaded, self.age_identities, self.age_identity)
         return loaded
 
-    def _load_target(self, commit: str, subject: str | None, directory: Path) -> Target | None:
+    def load_target(self, commit: str, subject: str | None, directory: Path) -> Target | None:
+        """COMMIT's desired state in DIRECTORY with the daemon's SSH overrides (None: it no longer loads)."""
         try:
             loaded = self._load(directory, commit=None if commit.startswith("local:") else commit)
         except DesiredStateError as exc:  # the good commit no longer loads (e.g. a file outside Git changed)
-            self.log.error("target.invalid", commit=commit, errors=[str(e) for e in exc.errors])
+            self.common.log.error("target.invalid", commit=commit, errors=[str(e) for e in exc.errors])
             return None
         loaded.state = self._with_ssh_overrides(loaded.state)
         return Target(commit=commit, subject=subject, loaded=loaded)
 
     def _with_ssh_overrides(self, state: Any) -> Any:
-        overrides = self.config.ssh.model_dump(exclude_none=True)
+        overrides = self.common.config.ssh.model_dump(exclude_none=True)
         if not overrides:
             return state
         for key in ("config", "known_hosts", "identity_file"):
             if key in overrides:
-                overrides[key] = str((self.config_dir / overrides[key]).resolve())
+                overrides[key] = str((self.common.config_dir / overrides[key]).resolve())
         ssh = SSHDefaults.model_validate({**state.ssh.model_dump(), **overrides})
         return state.model_copy(update={"ssh": ssh})
 
-    def _watch_source(self, error: str | None) -> None:
+    def watch(self, error: str | None) -> None:
         """One message when fetches have failed for source_unreachable_after, one when they work again."""
-        if self.notifier is None:
+        if self.notices.notifier is None:
             return
         now = time.monotonic()
-        source = self.config.repository.url if self.config.repository else "the repository"
+        source = self.common.config.repository.url if self.common.config.repository else "the repository"
         if error is None:
-            if self._source_down_sent:
-                self._notify(lambda: notify.source_message(redact_url_credentials(source), None, None))
-            self._source_failing_since, self._source_down_sent = None, False
+            if self.down_sent:
+                self.notices.send(lambda: notify.source_message(redact_url_credentials(source), None, None))
+            self.failing_since, self.down_sent = None, False
             return
-        if self._source_failing_since is None:
-            self._source_failing_since = now
-        failing = now - self._source_failing_since
-        if not self._source_down_sent and failing >= self.notifier.source_unreachable_after:
-            self._source_down_sent = True
-            self._notify(lambda: notify.source_message(redact_url_credentials(source), error, failing))
+        if self.failing_since is None:
+            self.failing_since = now
+        failing = now - self.failing_since
+        if not self.down_sent and failing >= self.notices.notifier.source_unreachable_after:
+            self.down_sent = True
+            self.notices.send(lambda: notify.source_message(redact_url_credentials(source), error, failing))
 
-    def _target_of(self, commit: str | None) -> Target | None:
+    def target_of(self, commit: str | None) -> Target | None:
         """The target of an earlier commit (the applied one, a rollout's): from memory, or checked out again."""
         if commit is None:
             return None
-        if self.applied_target is not None and self.applied_target.commit == commit:
-            return self.applied_target
+        if self.state.applied_target is not None and self.state.applied_target.commit == commit:
+            return self.state.applied_target
         if self.source is None or commit.startswith("local:"):
             return None  # local mode keeps only the applied content it saw
         directory = self.source.checkout(commit)
-        return self._load_target(commit, self.source.subject(commit), directory)
+        return self.load_target(commit, self.source.subject(commit), directory)

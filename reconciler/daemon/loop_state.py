@@ -1,10 +1,11 @@
-"""What the reconcile loop remembers and shares: its target, its state between cycles, and the view of it that the
-pair role (leadership.py) and the background workers (workers.py) use, so that they need not import the loop."""
+"""What the reconcile loop remembers and shares: its target, what it remembers between cycles, and the view of the
+loop that the pair role (leadership.py) and the background workers (workers.py) use, so that they need not import
+the loop."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reconciler.daemon.config import DaemonConfig
@@ -29,29 +30,51 @@ class Target:
 
 @dataclass
 class LoopState:
-    """What the loop remembers between cycles (mirrored into the store)."""
+    """Which commits the loop has seen, validated and applied (the first three mirrored into the store)."""
 
     seen_head: str | None = None
     good: str | None = None
     applied: str | None = None
-    last_reconcile: float | None = None  # time.monotonic() when the last run ended (None: none yet)
-    failures: int = 0
-    retry_at: float = 0.0  # time.monotonic() of the next retry (0: none)
-    failed_commit: str | None = None
-    ran_checks_for: set[str] = field(default_factory=set)
+    applied_target: Target | None = None  # the applied commit's desired state, what a rollback returns to
     skipped: str | None = None  # a rolled-back commit already reported as skipped
 
 
 class LoopHost(Protocol):
     """The loop as the pair role sees it (leadership.py): what a takeover reads and adopts."""
 
-    config: DaemonConfig
     store: Store
     metrics: Metrics
     state: LoopState
     sessions: Sessions
     ha_loaded: LoadedState | None  # the desired state the lease thread reaches the lease node with
-    applied_target: Target | None
+
+    @property
+    def config(self) -> DaemonConfig:
+        """The daemon config in force."""
+        ...
+
+
+class CheckRunner(Protocol):
+    """The loop's health checks as the check worker sees them (reconciler.daemon.loop_checks.HealthChecks)."""
+
+    target: LoadedState | None  # what the check worker checks: the last reconciled state
+
+    def due(self, store: Store | None = None) -> list[str]:
+        """Health checks whose interval or schedule has come."""
+        ...
+
+    def run(self, transport: Transport, loaded: LoadedState, names: list[str] | None, why: str,
+            store: Store, should_stop: Callable[[], bool]) -> None:
+        """Run health checks over TRANSPORT; record, export, drain/resume as they decide."""
+        ...
+
+
+class PrReporter(Protocol):
+    """The loop's PR reports as the PR worker sees them (reconciler.daemon.loop_prs.PrReports)."""
+
+    def report(self, repo: Any, loaded: LoadedState, facts: ClusterFacts, store: Store, log: Any) -> None:
+        """Plan every open pull request against these facts and keep one comment per PR current."""
+        ...
 
 
 class WorkerHost(LoopHost, Protocol):
@@ -59,22 +82,22 @@ class WorkerHost(LoopHost, Protocol):
 
     stop: Any
     source: GitSource | None
-    ha: HighAvailability | None
-    check_target: LoadedState | None  # what the check worker checks: the last reconciled state
+
+    @property
+    def checks(self) -> CheckRunner:
+        """The health checks of the last reconciled state."""
+        ...
+
+    @property
+    def prs(self) -> PrReporter:
+        """The PR reports."""
+        ...
+
+    @property
+    def ha(self) -> HighAvailability | None:
+        """This daemon's pair role (None: a single daemon)."""
+        ...
 
     def acts(self) -> bool:
         """Whether this daemon may change the cluster."""
-        ...
-
-    def due_checks(self, store: Store | None = None) -> list[str]:
-        """Health checks whose interval or schedule has come."""
-        ...
-
-    def run_checks(self, transport: Transport, loaded: LoadedState, names: list[str] | None, why: str,
-                   store: Store, should_stop: Callable[[], bool]) -> None:
-        """Run health checks over TRANSPORT; record, export, drain/resume as they decide."""
-        ...
-
-    def report_prs(self, repo: Any, loaded: LoadedState, facts: ClusterFacts, store: Store, log: Any) -> None:
-        """Plan every open pull request against these facts and keep one comment per PR current."""
         ...

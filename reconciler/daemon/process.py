@@ -22,7 +22,6 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier, NotifyConfigError
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import Store, recover_if_corrupt
-from reconciler.daemon.workers import Background
 from reconciler.desired.loader import DesiredStateError
 
 STOP_DEADLINE = 25.0  # SIGTERM: the run in flight gets this long to finish its node operation, then we exit
@@ -149,14 +148,8 @@ class Daemon:
         except NotifyConfigError as exc:
             self.log.error("config.reload_failed", errors=[str(exc)], keeping="old config")
             return
-        if reconciler.notifier is not None:
-            reconciler.notifier.close(timeout=1.0)
-        reconciler.notifier = notifier
         self.config = new
-        reconciler.config = new
-        reconciler.sessions.set_idle_timeout(float(new.seconds("ssh_idle_timeout")))
-        if new.repository and reconciler.source is not None:
-            reconciler.source.cfg, reconciler.source.signing = new.repository, new.signing
+        reconciler.reload(new, notifier)
         self.log.info("config.reloaded", mode=new.mode, poll_interval=new.poll_interval)
 
     def run(self) -> int:
@@ -190,11 +183,10 @@ class Daemon:
                                    self._runs_json, self._upgrade,
                                    self._promotion_json if self.config.cluster else None)
         config_dir = self.config_path.parent if self.config_path else Path.cwd()
-        reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir)
-        reconciler.sessions = Sessions(float(self.config.seconds("ssh_idle_timeout")))
-        reconciler.ha = make_ha(reconciler, self.wake)
-        reconciler.background = Background(reconciler, reconciler.sessions, reconciler.gate, store.path)
-        reconciler.background.start()
+        reconciler = Reconciler(self.config, store, metrics, self.stop, config_dir=config_dir,
+                                sessions=Sessions(float(self.config.seconds("ssh_idle_timeout"))))
+        reconciler.role.ha = make_ha(reconciler, self.wake)
+        background = reconciler.start_workers()
         self.log.info("daemon.start", pid=os.getpid(), mode=self.config.mode, state_dir=self.config.state_dir,
                       source=self._source_text(), interrupted_runs=interrupted, metrics=self.config.metrics_listen)
         watcher = Watcher(Path(self.config.watch), self.wake, (self.config.state_path.resolve(),)) \
@@ -203,13 +195,13 @@ class Daemon:
             self._loop(reconciler, watcher)
         finally:
             self.stop.set()
-            if not reconciler.background.stop():
+            if not background.stop():
                 self.log.warning("daemon.workers_still_running", reason="did not end in time; exiting anyway")
             if reconciler.ha is not None:
                 reconciler.ha.release()  # the standby takes over at its next renewal instead of after expiry
             reconciler.sessions.close()
-            if reconciler.notifier is not None:
-                reconciler.notifier.close(timeout=5.0)  # what the last cycle queued (a dead target: 5 s at most)
+            if reconciler.notices.notifier is not None:
+                reconciler.notices.notifier.close(timeout=5.0)  # the last cycle's queue (a dead target: 5 s at most)
             if watcher:
                 watcher.stop()
             if server is not None:

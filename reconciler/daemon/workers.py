@@ -124,7 +124,7 @@ class CheckWorker(threading.Thread):
             requested, self._requested = self._requested, None
         if requested is not None:
             return requested
-        due = self.reconciler.due_checks(store)
+        due = self.reconciler.checks.due(store)
         return (due, "schedule") if due else None
 
     def run(self) -> None:
@@ -135,7 +135,7 @@ class CheckWorker(threading.Thread):
             while not stop.is_set():
                 self.wake.wait(CHECK_POLL)
                 self.wake.clear()
-                loaded = self.reconciler.check_target
+                loaded = self.reconciler.checks.target
                 if stop.is_set() or loaded is None or not (loaded.state.checks.node or loaded.state.checks.nccl):
                     continue
                 if not self.reconciler.acts():
@@ -151,7 +151,7 @@ class CheckWorker(threading.Thread):
                     with self.sessions.lease(loaded, self.reconciler.config.ssh.forks) as plain:
                         transport = fenced(self.reconciler.ha, plain)  # drains and resumes carry the epoch
                         self._current = (loaded, transport)
-                        self.reconciler.run_checks(transport, loaded, job[0], job[1], store,
+                        self.reconciler.checks.run(transport, loaded, job[0], job[1], store,
                                                    lambda: stop.is_set() or self.gate.cancel.is_set())
                 except Exception as exc:  # noqa: BLE001 - a broken check must not kill the worker
                     self.log.exception("checks.error", error=f"{type(exc).__name__}: {exc}")
@@ -216,7 +216,7 @@ class PrWorker(threading.Thread):
                 last = time.monotonic()
                 try:
                     repo = repo or git.Repo(reconciler.source.path)  # its own object: GitPython is not thread-safe
-                    reconciler.report_prs(repo, snapshot[0], snapshot[1], store, self.log)
+                    reconciler.prs.report(repo, snapshot[0], snapshot[1], store, self.log)
                 except Exception as exc:  # noqa: BLE001 - a broken report must not kill the worker
                     self.log.exception("prs.error", error=f"{type(exc).__name__}: {exc}")
         finally:

@@ -122,10 +122,10 @@ def test_unsigned_head_is_reported_and_not_used(remote: GitRemote, tmp_path: Pat
                                           "signing": {"format": "ssh", "allowed_signers": str(allowed)}})
     store = Store(tmp_path / "s" / "state.db")
     reconciler = Reconciler(config, store, Metrics(), threading.Event())
-    target, new = reconciler._resolve_git()
+    target, new = reconciler.targets.resolve_git()
     assert target is not None and target.commit == signed and new
     unsigned = _signed_commit(remote, None, "sneaky")
-    target, new = reconciler._resolve_git()
+    target, new = reconciler.targets.resolve_git()
     assert target is not None and target.commit == signed and not new
     head = store.get("head_status")
     assert head["commit"] == unsigned and head["status"] == "unverified"
@@ -139,14 +139,14 @@ def test_invalid_head_keeps_good_commit(remote: GitRemote, tmp_path: Path) -> No
     store = Store(tmp_path / "s" / "state.db")
     reconciler = Reconciler(config, store, Metrics(), threading.Event())
     good = remote.head()
-    assert reconciler._resolve_git()[0].commit == good  # type: ignore[union-attr]
+    assert reconciler.targets.resolve_git()[0].commit == good  # type: ignore[union-attr]
     bad = remote.commit("break", {"cluster.yaml": lambda t: t + "bogus_key: 1\n"})
-    target, new = reconciler._resolve_git()
+    target, new = reconciler.targets.resolve_git()
     assert target is not None and target.commit == good and not new
     head = store.get("head_status")
     assert head["commit"] == bad and head["status"] == "invalid"
     lines = (remote.work / "cluster.yaml").read_text().splitlines()
     assert any(e.startswith(f"cluster.yaml:{len(lines)}:") and "bogus_key" in e for e in head["errors"])
     fixed = remote.commit("fix", {"cluster.yaml": lambda t: t.replace("bogus_key: 1\n", "")})
-    target, new = reconciler._resolve_git()
+    target, new = reconciler.targets.resolve_git()
     assert target is not None and target.commit == fixed and new

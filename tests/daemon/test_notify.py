@@ -289,13 +289,13 @@ def test_rollout_events_one_message_each_and_none_per_wave(tmp_path: Path, recei
     data = rolled_back_data(commit, previous)
     start = {"commit": commit, "previous": previous, "waves": data["waves"], "wave": 0, "phase": "starting"}
     # the runner's sequence for a failed canary: started, wave 1, failed, rolled-back
-    rec._rollout_event("started", start, target)
-    rec._rollout_event("wave", {"wave": 1, "waves": 2, "name": "canary", "nodes": "gpu[01-03]", "commit": commit},
+    rec.apply.rollout_event("started", start, target)
+    rec.apply.rollout_event("wave", {"wave": 1, "waves": 2, "name": "canary", "nodes": "gpu[01-03]", "commit": commit},
                        target)
-    rec._rollout_event("failed", {**data, "status": "rolled-back", "rollback": None}, target)
-    rec._rollout_event("rolled-back", data, target)
-    rec._rollout_event("rolled-back", data, target)  # twice (a recovery): still one message
-    sent(rec.notifier)  # type: ignore[arg-type]
+    rec.apply.rollout_event("failed", {**data, "status": "rolled-back", "rollback": None}, target)
+    rec.apply.rollout_event("rolled-back", data, target)
+    rec.apply.rollout_event("rolled-back", data, target)  # twice (a recovery): still one message
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     titles = [m["title"] for m in receiver.messages]
     assert titles == ["reconciler: rolling out commit abc123def456",
                       "reconciler: commit abc123def456 rolled back"], titles
@@ -310,14 +310,14 @@ def test_checks_that_drain_nodes_send_one_message(tmp_path: Path, receiver: Rece
     rec = reconciler_for(tmp_path, receiver)
     cluster = FakeCluster(["gpu01", "gpu02", "gpu03", "gpu04"])
     cluster.degraded = {"gpu02", "gpu03"}
-    rec.run_checks(cluster, checks_state("gpu[01-04]"), None, "schedule", rec.store, lambda: False)
+    rec.checks.run(cluster, checks_state("gpu[01-04]"), None, "schedule", rec.store, lambda: False)
     assert sorted(cluster.reason) == ["gpu02", "gpu03"]
-    sent(rec.notifier)  # type: ignore[arg-type]
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     assert [m["title"] for m in receiver.messages] == ["reconciler: health checks drained gpu[02-03]"]
     assert "nightly" in receiver.messages[0]["message"]
     cluster.commands.clear()
-    rec.run_checks(cluster, checks_state("gpu[01-04]"), None, "schedule", rec.store, lambda: False)
-    sent(rec.notifier)  # type: ignore[arg-type]
+    rec.checks.run(cluster, checks_state("gpu[01-04]"), None, "schedule", rec.store, lambda: False)
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     assert len(receiver.messages) == 1  # nothing newly drained: no message
     assert drained_message([("gpu1", "c", None), ("gpu2", "c", "r")]).title == "reconciler: health checks drained gpu[1-2]"
 
@@ -327,7 +327,7 @@ def test_invalid_local_content_is_one_message(tmp_path: Path, receiver: Receiver
     (tmp_path / "desired" / "cluster.yaml").write_text("cluster: {name: BAD NAME}\n")
     rec = reconciler_for(tmp_path, receiver)
     assert rec.cycle("start") is None and rec.cycle("poll") is None
-    sent(rec.notifier)  # type: ignore[arg-type]
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     assert len(receiver.messages) == 1, receiver.messages
     assert receiver.messages[0]["title"].startswith("reconciler: commit local:") and \
         receiver.messages[0]["title"].endswith(" is invalid")
@@ -340,7 +340,7 @@ def test_unreachable_git_source_one_message_then_quiet_then_recovered(tmp_path: 
                          notifications={"targets": [{"url": receiver.url()}], "source_unreachable_after": 0})
     for _ in range(3):
         assert rec.cycle("poll") is None
-    sent(rec.notifier)  # type: ignore[arg-type]
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     assert [m["title"] for m in receiver.messages] == ["reconciler: Git source unreachable"]
     assert "remote.git" in receiver.messages[0]["message"]
     remote.mkdir()
@@ -350,7 +350,7 @@ def test_unreachable_git_source_one_message_then_quiet_then_recovered(tmp_path: 
     head = GitRemote.create(remote, desired).head()
     rec.cycle("poll")
     rec.cycle("poll")
-    sent(rec.notifier)  # type: ignore[arg-type]
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     assert [m["title"] for m in receiver.messages] == ["reconciler: Git source unreachable",
                                                        "reconciler: Git source reachable again",
                                                        f"reconciler: commit {head[:12]} is invalid"]
@@ -361,7 +361,7 @@ def test_no_notifications_configured_changes_nothing(tmp_path: Path) -> None:
     cfg = DaemonConfig.model_validate({"watch": str(tmp_path), "state_dir": str(tmp_path / "s"), "metrics_listen": None})
     cfg.state_path.mkdir()
     rec = Reconciler(cfg, Store(cfg.state_path / "state.db"), Metrics(), threading.Event())
-    assert rec.notifier is None
-    rec.notify_event("rolled-back", rolled_back_data("a" * 40, "b" * 40), None)  # type: ignore[arg-type]
-    rec._watch_source("fetch failed")
-    assert rec._source_failing_since is None  # not even tracked
+    assert rec.notices.notifier is None
+    rec.notices.rollout("rolled-back", rolled_back_data("a" * 40, "b" * 40), None)  # type: ignore[arg-type]
+    rec.targets.watch("fetch failed")
+    assert rec.targets.failing_since is None  # not even tracked

@@ -58,9 +58,9 @@ def production(tmp_path: Path, remote: GitRemote, staging: Staging) -> Reconcile
 
 
 def promote(loop: Reconciler) -> Any:
-    target, _ = loop._resolve_git()
+    target, _ = loop.targets.resolve_git()
     assert target is not None
-    return loop._promote(target)
+    return loop.promotion.gate(target)
 
 
 def test_production_follows_stagings_verdict_through_the_loop(tmp_path: Path, staging: Staging) -> None:
@@ -77,7 +77,7 @@ def test_production_follows_stagings_verdict_through_the_loop(tmp_path: Path, st
     note_applied(staging.store, first, time.time() - 60)  # applied and clean for a minute: past the 8s soak
     target = promote(loop)
     assert target is not None and target.commit == first and target.loaded.cluster == "production"
-    loop._mark_applied(target)
+    loop.apply.mark_applied(target)
     assert [e["commit"] for e in load(loop.store)["promoted"]] == [first]
     assert load(loop.store)["promoted"][0]["seconds"] >= 59
 
@@ -125,7 +125,7 @@ def test_a_commit_that_drops_the_rule_is_promoted_under_it(tmp_path: Path, stagi
     loop = production(tmp_path, remote, staging)
     target = promote(loop)
     assert target is not None and target.commit == first
-    loop._mark_applied(target)
+    loop.apply.mark_applied(target)
     (remote.work / "promotion.yaml").unlink()
     drop = remote.commit("no more promotion", {})
     kept = promote(loop)  # the applied commit's rule still holds for the commit that removes it
@@ -133,7 +133,7 @@ def test_a_commit_that_drops_the_rule_is_promoted_under_it(tmp_path: Path, stagi
     assert loop.store.get(PROMOTION_KEY)["holding"] == drop
     note_applied(staging.store, drop, time.time() - 60)
     assert promote(loop).commit == drop
-    loop._mark_applied(promote(loop))
+    loop.apply.mark_applied(promote(loop))
     assert promote(loop).commit == drop
     assert loop.store.get(PROMOTION_KEY) is None  # from now on production follows its branch alone
     loop.store.close()

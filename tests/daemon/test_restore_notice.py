@@ -78,8 +78,8 @@ def test_first_commit_restore_notification_names_what_was_restored(tmp_path: Pat
     rec = reconciler_for(tmp_path, receiver)
     target = Target(commit=COMMIT, subject="prolog that fails", loaded=load_dir(REPO / "desired-state"))
     data = first_commit_result(all_restored() if complete else partly_restored(), ["gpu01"])
-    rec._rollout_event("rolled-back", data, target)
-    sent(rec.notifier)  # type: ignore[arg-type]
+    rec.apply.rollout_event("rolled-back", data, target)
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     (message,) = receiver.messages
     body = message["message"]
     if complete:
@@ -108,8 +108,8 @@ def test_a_long_restore_is_cut_in_the_message_and_says_how_much_more(tmp_path: P
         report.note(report.restored, f"gpu{i:02d}", PROLOG)
     rec = reconciler_for(tmp_path, receiver)
     target = Target(commit=COMMIT, subject=None, loaded=load_dir(REPO / "desired-state"))
-    rec._rollout_event("rolled-back", first_commit_result(report, []), target)
-    sent(rec.notifier)  # type: ignore[arg-type]
+    rec.apply.rollout_event("rolled-back", first_commit_result(report, []), target)
+    sent(rec.notices.notifier)  # type: ignore[arg-type]
     body = receiver.messages[0]["message"]
     assert f"gpu14: {PROLOG}" in body and f"gpu15: {PROLOG}" not in body, body
     assert "... and 16 more line(s): `reconciler rollout status`" in body, body

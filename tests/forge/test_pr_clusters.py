@@ -192,7 +192,7 @@ def test_the_daemon_passes_its_cluster(fleet: Origin, fake: FakeGitHub, tmp_path
     config.state_path.mkdir(parents=True)
     loop = Reconciler(config, Store(config.state_path / "state.db"), Metrics(), threading.Event())
     base = base_of(fleet, "prod")
-    loop.report_prs(fleet.daemon, base, converged_facts(base), loop.store, structlog.get_logger())
+    loop.prs.report(fleet.daemon, base, converged_facts(base), loop.store, structlog.get_logger())
     sections = parse_sections(body_of(fake, 6))
     assert sections["prod"].head is not None and "**Verdict: 3 change(s)" in sections["prod"].text
     assert sections["staging"].head is None and "_waiting for staging's daemon_" in sections["staging"].text

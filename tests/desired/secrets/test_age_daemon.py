@@ -28,7 +28,7 @@ def daemon(tmp_path: Path, watch: Path, **config: Any) -> Reconciler:
 def test_daemon_decrypts_with_its_configured_identity(tmp_path: Path, state: Path, key: Key) -> None:
     relative = str(key.identity.relative_to(tmp_path))  # relative to the config file's directory
     rec = daemon(tmp_path, state, age_identity=relative)
-    target, _ = rec._resolve_local(state)
+    target, _ = rec.targets.resolve_local(state)
     assert target is not None and target.loaded.state.files[0].text() == PLAIN
     head = rec.store.get("head_status")
     assert head["status"] == "valid"
@@ -37,7 +37,7 @@ def test_daemon_decrypts_with_its_configured_identity(tmp_path: Path, state: Pat
 def test_wrong_or_missing_identity_makes_the_state_invalid(tmp_path: Path, state: Path, other_key: Key) -> None:
     for config, message in (({"age_identity": str(other_key.identity)}, "cannot decrypt"), ({}, NO_IDENTITY)):
         rec = daemon(tmp_path / str(len(config)), state, **config)
-        target, _ = rec._resolve_local(state)
+        target, _ = rec.targets.resolve_local(state)
         assert target is None
         head = rec.store.get("head_status")
         assert head["status"] == "invalid"
