@@ -12,6 +12,7 @@ from reconciler.drivers import slurm_running
 from reconciler.drivers.packages import PackagesDriver
 from reconciler.drivers.slurm_upgrade import SlurmUpgradeDriver
 from reconciler.engine.context import Context
+from reconciler.engine.driver import Driver
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.facts import packages as pkgfacts
@@ -56,6 +57,13 @@ def plan_for(tmp_path: Path, versions: dict[str, str], installed: dict[str, str]
              running: dict[str, str] | None = None) -> Plan:
     """The plan of the package and Slurm-upgrade drivers with each node's Slurm packages at INSTALLED[node], OFFERED
     in the repo; RUNNING: node -> the output of its running-daemon facts (slurm_running.command), when gathered."""
+    return make_plan(*state_for(tmp_path, versions, installed, offered, backup, busy, running))
+
+
+def state_for(tmp_path: Path, versions: dict[str, str], installed: dict[str, str], offered: list[str],
+              backup: str | None = None, busy: dict[str, str] | None = None,
+              running: dict[str, str] | None = None) -> tuple[Context, list[Driver]]:
+    """plan_for's context and drivers, before planning."""
     root = write_state(tmp_path / "repo", packages_yaml(versions, backup))
     ctx = Context(loaded=load_dir(root), source="test")
     ctx.facts = ClusterFacts(controller=ctx.controller)
@@ -71,4 +79,4 @@ def plan_for(tmp_path: Path, versions: dict[str, str], installed: dict[str, str]
                        {slurm_running.FACTS_KEY: {"rc": 0, "stdout": text, "stderr": ""}})
     for node, state in (busy or {}).items():
         ctx.facts.slurm_nodes[node] = SlurmNodeFact(name=node, state=state)
-    return make_plan(ctx, [packages, upgrade])
+    return ctx, [packages, upgrade]

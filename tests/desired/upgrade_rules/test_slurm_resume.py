@@ -14,12 +14,13 @@ from reconciler.drivers import slurm_running
 from reconciler.drivers.node_state import NodeStateDriver
 from reconciler.drivers.slurm_upgrade import CTLD_PHASE, DBD_PHASE, SLURMD_PHASE
 from reconciler.engine.context import Context
-from reconciler.engine.review import apply_edits
 from reconciler.engine.plan import Plan
+from reconciler.engine.planner import make_plan, plan_followups
 from reconciler.engine.report import render_text
+from reconciler.engine.review import apply_edits
 from reconciler.facts.models import ClusterFacts, NodeFacts
 from reconciler.facts.parsers import parse_scontrol_nodes
-from tests.desired.upgrade_rules.slurm_state import packages_yaml, plan_for
+from tests.desired.upgrade_rules.slurm_state import packages_yaml, plan_for, state_for
 from tests.drivers.base_state import write_state
 
 OLD, NEW = "24.11.5-4+deb13u1", "26.05.5-1"
@@ -156,3 +157,22 @@ def test_a_stopped_slurmd_is_upgraded_but_not_started(tmp_path: Path) -> None:
     assert "slurmd is not running there: not started" in moves["gpu01"].summary, moves["gpu01"].summary
     assert not any("slurmd" in op.description and "restart" in op.description for op in moves["gpu01"].ops)
     assert any(op.description == "restart slurmd" for op in moves["gpu02"].ops), moves["gpu02"].ops
+
+
+def test_followups_asked_again_leave_the_reviewed_plan_as_it_was(tmp_path: Path) -> None:
+    """A pull request's plan asks for the follow-ups a second time, after marking the changes it has no facts for
+    (forge/pr_planning.py). The Slurm upgrade's review (its order, each transaction wrapped in its daemons' steps,
+    the backup added) is not made again: while it was a followups hook that edited the plan, that second pass
+    wrapped every transaction once more (issue 45 item 7)."""
+    everywhere = dict.fromkeys(("cpu01", "ctl", "gpu01", "gpu02"), NEW)
+    ctx, drivers = state_for(tmp_path, everywhere, dict.fromkeys(everywhere, OLD), [OLD, NEW], backup=BACKUP)
+    plan = make_plan(ctx, drivers)
+
+    def shape() -> list[tuple[str, str, int, list[str]]]:
+        return [(c.node, c.resource, c.phase, [op.description for op in c.ops]) for c in plan.changes]
+
+    first = shape()
+    assert any("wait for slurmctld" in " ".join(ops) for _, _, _, ops in first)  # wrapped once, by the review
+    assert [r for _, r, _, _ in first].count("slurmdbd backup") == 1
+    plan.followups = plan_followups(ctx, plan, drivers)
+    assert shape() == first
