@@ -61,8 +61,9 @@ def drain_steps(controller: str, node: str) -> DrainSteps:
 def responding_command(node: str) -> str:
     """Exits 0 once slurmctld sees the node's slurmd answer (not DOWN, NOT_RESPONDING, UNKNOWN, ...)."""
     quoted = shlex.quote(node)
+    # ' State=': the node's own state, not a pending reboot's `NextState=DOWN` (scontrol(1): reboot nextstate=)
     return (f"s=$(scontrol show node -o {quoted}) && printf '%s' \"$s\" | grep -q 'State=' && "
-            f"! printf '%s' \"$s\" | grep -Eq 'State=[^ ]*(NOT_RESPONDING|DOWN|UNKNOWN|FUTURE|INVAL|[*])'")
+            f"! printf '%s' \"$s\" | grep -Eq ' State=[^ ]*(NOT_RESPONDING|DOWN|UNKNOWN|FUTURE|INVAL|[*])'")
 
 
 CONTROLLER_UP = "scontrol ping | grep -q 'is UP'"

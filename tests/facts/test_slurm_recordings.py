@@ -109,3 +109,19 @@ def test_stand_in_replays_only_what_was_recorded() -> None:
     done = subprocess.run(["sh", "-c", STAND_IN.split("\n", 1)[1], "scontrol", "ping"], env=env, capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 2 and "unexpected" in done.stderr
+
+
+@pytest.mark.parametrize("release", SLURM_RELEASES)
+def test_a_pending_reboots_next_state_down_is_not_the_nodes_state(release: str, tmp_path: Path) -> None:
+    """`scontrol reboot nextstate=DOWN` (scontrol(1)) shows `NextState=DOWN` beside the node's own State: the node
+    still answers. The recorded reboot scene's line (NextState=RESUME/UNDRAIN) with DOWN written in its place."""
+    line = next(x for x in recorded(release, "reboot.scontrol_show_node_o.txt").splitlines()
+                if x.startswith("NodeName=gpu01 "))
+    nxt = next(w for w in line.split() if w.startswith("NextState="))
+    (tmp_path / "rec.txt").write_text(line.replace(nxt, "NextState=DOWN") + "\n")
+    (tmp_path / "scontrol").write_text(STAND_IN)
+    (tmp_path / "scontrol").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "RECORDED": str(tmp_path / "rec.txt")}
+    done = subprocess.run(["sh", "-c", responding_command("gpu01")], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, (done.stdout, done.stderr)
