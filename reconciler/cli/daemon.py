@@ -15,6 +15,7 @@ from reconciler.cli.support import exit_with_errors
 from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.desired.loader import DesiredStateError
+from reconciler.rollout.journal import glance
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 DEFAULT_CONFIG = "/etc/reconciler/config.yaml"
@@ -252,14 +253,12 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
 def rollout_lines(data: dict[str, Any]) -> list[str]:
     """The rollout part of `status`: the one in flight (wave n of m), the last one's timeline, rolled-back commits."""
     out = []
-    flight = data.get("rollout_in_flight")
+    flight = glance(data.get("rollout_in_flight"))
     if flight:
-        waves = flight.get("waves", {}).get("waves", [])
-        index = int(flight.get("wave", 0))
-        wave = waves[index] if index < len(waves) else {}
-        out.append(f"rollout:        {str(flight.get('commit'))[:12]} wave {index + 1} of {len(waves)} "
-                   f"({flight.get('phase')}) on {wave.get('nodeset', '?')}")
-        out += upgrade_view.status_lines(flight, None)
+        index, sets = flight.wave, flight.nodesets
+        out.append(f"rollout:        {str(flight.commit)[:12]} wave {index + 1} of {len(sets)} "
+                   f"({flight.phase}) on {sets[index] if index < len(sets) and sets[index] is not None else '?'}")
+        out += upgrade_view.status_lines(data.get("rollout_in_flight"), None)
     last = data.get("last_rollout")
     if last:
         out.append(f"last rollout:   {str(last.get('commit'))[:12]} {last.get('status')}: {last.get('reason')}")

@@ -290,8 +290,9 @@ def _report_held(held: list[Any]) -> None:
 def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     """`apply` with waves and gates (reconciler/rollout); prints the timeline and exits."""
     from reconciler.cli.daemon import timeline_lines
+    from reconciler.rollout.journal import MemoryJournal
     from reconciler.rollout.rollback_text import rollback_lines
-    from reconciler.rollout.runner import MemoryJournal, RolloutRunner
+    from reconciler.rollout.runner import RolloutRunner
 
     runner = RolloutRunner(run.ctx.loaded, old, run.transport, options, MemoryJournal(),
                            log=lambda line: click.echo(f"  {line}"))

@@ -25,6 +25,7 @@ from reconciler.engine.fence import FencingTransport
 from reconciler.engine.remote_write import WRITE_COMMAND
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HA_KEY, HighAvailability, default_name
+from reconciler.rollout.journal import RolloutJournal, encode
 from reconciler.transport.base import Transport
 
 log = structlog.get_logger("reconciler")
@@ -131,10 +132,10 @@ class MirroredJournal(StoreJournal):
         super().__init__(store)
         self.ha = ha
 
-    def save(self, data: dict[str, Any]) -> None:
+    def save(self, journal: RolloutJournal) -> None:
         """Record the rollout in flight here and on the lease node (LeaseError stops the rollout)."""
-        super().save(data)
-        mirror(self.ha, {"rollout": data}, required=True)
+        super().save(journal)
+        mirror(self.ha, {"rollout": encode(journal)}, required=True)
 
     def clear(self) -> None:
         """The rollout ended."""

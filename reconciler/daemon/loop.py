@@ -45,9 +45,9 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HighAvailability
+from reconciler.rollout.journal import JournalRefused
 
 __all__ = ["LoopState", "Reconciler", "Target"]
-
 
 
 class Reconciler:
@@ -148,7 +148,11 @@ class Reconciler:
             return None
         if self.role.ha is not None and self._lead(target):
             force, trigger = True, "takeover"
-        journal = MirroredJournal(self.store, self.role.ha).load()
+        try:
+            journal = MirroredJournal(self.store, self.role.ha).load()
+        except JournalRefused as exc:  # neither resumed nor overwritten by a new rollout: the message says what to do
+            self.log.error("rollout.journal_refused", error=str(exc))
+            return None
         if journal is not None and self.mode == "enforce":
             return self.apply.recover(journal)
         if self.config.cluster is not None:  # promotion.yaml may hold the commit back (loop_promotion.py)

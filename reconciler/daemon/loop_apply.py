@@ -20,6 +20,7 @@ from reconciler.daemon.workers import Gate
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.run import Reconcile
+from reconciler.rollout.journal import RolloutJournal
 from reconciler.rollout.runner import RolloutResult, RolloutRunner
 
 
@@ -75,20 +76,19 @@ class Applying:
             outcome = "partial"
         return Outcome(outcome, error, result.applied, result.failures, failed=result.status == "failed", acted=True)
 
-    def recover(self, journal: dict[str, Any]) -> str:
+    def recover(self, journal: RolloutJournal) -> str:
         """Finish or roll back the rollout a killed daemon left in the journal (one run, trigger `recover`)."""
         store = self.common.store
         run_id = new_run_id()
-        commit = str(journal.get("commit") or "")
+        commit = journal.commit or ""
         log = self.common.log.bind(run_id=run_id, commit=commit[:12])
         store.start_run(run_id, "recover", self.role.mode(self.common.config.mode), commit or None, None)
-        log.warning("rollout.recover", phase=journal.get("phase"), wave=int(journal.get("wave", 0)) + 1,
-                    previous=journal.get("previous"))
+        log.warning("rollout.recover", phase=journal.phase.value, wave=journal.wave + 1, previous=journal.previous)
         outcome, error, applied = "error", None, 0
         started = clock.wall()
         try:
             new = self.target_of(commit)
-            old = self.target_of(journal["previous"]) if journal.get("previous") else None
+            old = self.target_of(journal.previous) if journal.previous else None
             if new is None:
                 raise RuntimeError(f"the commit in flight ({commit[:12]}) cannot be loaded again")
             if self.source is not None:

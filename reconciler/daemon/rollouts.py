@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconciler.daemon.store import JOURNAL_KEY, Store
+from reconciler.rollout.journal import RolloutJournal, decode, encode
 from reconciler.rollout.rollback_text import restore_headline
 from reconciler.rollout.runner import RolloutResult
 
@@ -19,14 +20,14 @@ class StoreJournal:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def save(self, data: dict[str, Any]) -> None:
+    def save(self, journal: RolloutJournal) -> None:
         """Replace the record of the rollout in flight."""
-        self.store.set(JOURNAL_KEY, data)
+        self.store.set(JOURNAL_KEY, encode(journal))
 
-    def load(self) -> dict[str, Any] | None:
-        """The rollout in flight, if a process left one."""
+    def load(self) -> RolloutJournal | None:
+        """The rollout in flight, if a process left one (JournalRefused: one this reconciler cannot read)."""
         value = self.store.get(JOURNAL_KEY)
-        return value if isinstance(value, dict) else None
+        return None if value is None else decode(value, f"{self.store.path} (meta row {JOURNAL_KEY!r})")
 
     def clear(self) -> None:
         """The rollout ended (complete or rolled back)."""

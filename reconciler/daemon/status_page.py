@@ -20,6 +20,7 @@ from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY, DriftRecord, RunRecord, Store
 from reconciler.ha.role import HA_KEY
+from reconciler.rollout.journal import glance
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 MAX_RUNS = 20
@@ -300,14 +301,13 @@ def _upgrade_table(upgrade: dict[str, Any] | None, in_flight: bool, now: float) 
 def _rollout_section(s: Snapshot) -> str:
     """The rollout under way (wave n of m), the last rollouts with their timelines, the commits rolled back."""
     parts = []
-    flight = s.rollout_in_flight
+    flight = glance(s.rollout_in_flight)
     if flight:
-        waves = (flight.get("waves") or {}).get("waves") or []
-        index = int(flight.get("wave", 0))
-        nodes = waves[index]["nodeset"] if index < len(waves) else ""
-        parts.append(f'<p><span class="badge drift">in flight</span> {_commit(flight.get("commit"))} wave '
-                     f'{index + 1} of {len(waves)} (<code>{_t(nodes)}</code>): {_t(flight.get("phase"))}</p>')
-        parts.append(_upgrade_table(upgrade_view.upgrade_of(flight), True, s.generated))
+        index, sets = flight.wave, flight.nodesets
+        nodes = (sets[index] or "") if index < len(sets) else ""
+        parts.append(f'<p><span class="badge drift">in flight</span> {_commit(flight.commit)} wave '
+                     f'{index + 1} of {len(sets)} (<code>{_t(nodes)}</code>): {_t(flight.phase)}</p>')
+        parts.append(_upgrade_table(upgrade_view.in_flight_upgrade(s.rollout_in_flight), True, s.generated))
     for number, record in enumerate(s.rollouts):
         status = str(record.get("status"))
         cls = {"complete": "applied", "rolled-back": "failed", "rollback-failed": "failed"}.get(status, "partial")

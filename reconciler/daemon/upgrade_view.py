@@ -1,8 +1,9 @@
 """The per-node states of a reboot-aware upgrade, as `reconciler status`, the status page and the metric show them.
 
-The upgrade machine (reconciler/rollout/upgrade.py) journals `record["upgrade"]` in the rollout record before each
-step: `{"nodes": {NODE: {"state", "since", "reason", "boot_id", "jobs"}}, "max_unavailable": N, "failed": [...]}`.
-This module only reads that record (the one in flight, else the last rollout's); it never writes.
+The upgrade machine (reconciler/rollout/upgrade.py) journals its part of the rollout journal before each step
+(reconciler/rollout/journal.py: UpgradeRecord, `{"nodes": {NODE: {"state", "since", "reason", "boot_id", "jobs"}},
+"max_unavailable": N, "failed": [...]}` as stored); the journal in flight is read through journal.glance, the last
+rollout's record (RolloutResult.as_dict) keeps the same part. This module only reads them; it never writes.
 
 An ended upgrade is shown as it stands now, not as it ended (`present`): a node it left drained for a human (failed,
 rollback-failed, or failed and rolled back) whose upgrade drain Slurm no longer shows, in a view of Slurm asked for
@@ -20,10 +21,9 @@ from typing import Any
 
 from reconciler.common import hostlist
 from reconciler.drivers.node_state import UPGRADE_PREFIX
+from reconciler.rollout.journal import STATES, glance
 
-# The machine's states in the order a node goes through them (status lists states in this order).
-STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
-          "done", "failed", "rolling-back", "rolled-back", "rollback-failed")
+# STATES: the machine's states in the order a node goes through them (status lists states in this order).
 # where the node's reason says why (upgrade-required: why it was skipped, e.g. an admin's drain)
 REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back", "rollback-failed"})
 JOB_STATES = frozenset({"draining", "waiting-for-jobs"})  # where the node's running jobs are worth a word
@@ -70,8 +70,18 @@ class StateGroup:
 
 
 def upgrade_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A rollout record's upgrade part, if it has one with nodes."""
+    """An ended rollout's record's upgrade part, if it has one with nodes."""
     upgrade = record.get("upgrade") if isinstance(record, dict) else None
+    return _with_nodes(upgrade)
+
+
+def in_flight_upgrade(journal: Any) -> dict[str, Any] | None:
+    """The upgrade part of the rollout journal in flight (as stored), if it has one with nodes."""
+    seen = glance(journal)
+    return _with_nodes(seen.upgrade) if seen is not None else None
+
+
+def _with_nodes(upgrade: Any) -> dict[str, Any] | None:
     return upgrade if isinstance(upgrade, dict) and isinstance(upgrade.get("nodes"), dict) else None
 
 
@@ -80,7 +90,7 @@ def current(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
     """The upgrade to show: the one in flight, else the last rollout's as it stands now (`present`, by DRAINED);
     with in-flight or not."""
     if in_flight is not None:
-        upgrade = upgrade_of(in_flight)
+        upgrade = in_flight_upgrade(in_flight)
         return (upgrade, True) if upgrade is not None else None
     upgrade = upgrade_of(last) or from_timeline(last)
     return (present(upgrade, drained), False) if upgrade is not None else None
@@ -261,8 +271,7 @@ def status_json(in_flight: dict[str, Any] | None, last: dict[str, Any] | None, n
     if found is None:
         return None
     upgrade, flying = found
-    record = in_flight if flying else last
-    return {"commit": (record or {}).get("commit"), **as_json(upgrade, flying, now)}
+    return {"commit": _commit(in_flight, last, flying), **as_json(upgrade, flying, now)}
 
 
 def status_lines(in_flight: dict[str, Any] | None, last: dict[str, Any] | None, now: float | None = None,
@@ -272,8 +281,16 @@ def status_lines(in_flight: dict[str, Any] | None, last: dict[str, Any] | None, 
     if found is None:
         return []
     upgrade, flying = found
-    record = in_flight if flying else last
-    return lines(upgrade, flying, now, str((record or {}).get("commit") or "") or None)
+    return lines(upgrade, flying, now, _commit(in_flight, last, flying) or None)
+
+
+def _commit(in_flight: Any, last: dict[str, Any] | None, flying: bool) -> str | None:
+    """The commit of the upgrade shown: the journal's in flight, else the last rollout's."""
+    if flying:
+        seen = glance(in_flight)
+        return seen.commit if seen is not None else None
+    commit = (last or {}).get("commit")
+    return None if commit is None else str(commit)
 
 
 def metric_series(upgrade: dict[str, Any] | None) -> dict[tuple[str, str], int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from reconciler.checks.slurm_view import SlurmView
 from reconciler.common import hostlist
@@ -33,48 +33,17 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
+from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefore, SeenNode
 from reconciler.rollout.preview import bootstrap_reason
-from reconciler.rollout.upgrade import FINAL, UpgradeMachine
+from reconciler.rollout.upgrade import UpgradeMachine
 from reconciler.rollout.upgrade_hooks import RealHooks
-from reconciler.rollout.waves import Wave, WavePlan, plan_waves
+from reconciler.rollout.waves import WavePlan, plan_waves
 from reconciler.transport.base import Transport
 
 LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
 MAX_FAILED = 20  # failed changes an apply gate's record names (node, resource, what, error)
 Status = Literal["complete", "rolled-back", "rollback-failed", "failed", "stopped"]
 Log = Callable[[str], None]
-
-
-class Journal(Protocol):
-    """Where the rollout in flight is kept (the daemon's SQLite store; a dict for `reconciler apply`)."""
-
-    def save(self, data: dict[str, Any]) -> None:
-        """Replace the record of the rollout in flight."""
-
-    def load(self) -> dict[str, Any] | None:
-        """The rollout in flight, if any."""
-
-    def clear(self) -> None:
-        """Forget the rollout in flight (it finished)."""
-
-
-class MemoryJournal:
-    """A journal that lives as long as the process (the CLI's)."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] | None = None
-
-    def save(self, data: dict[str, Any]) -> None:
-        """Keep a copy."""
-        self.data = dict(data)
-
-    def load(self) -> dict[str, Any] | None:
-        """The copy."""
-        return self.data
-
-    def clear(self) -> None:
-        """Drop it."""
-        self.data = None
 
 
 @dataclass
@@ -148,34 +117,32 @@ class RolloutRunner:
         """Roll PLAN (of the whole new state) out wave by wave."""
         before = self.gates.view()
         waves = self.waves(plan, before)
-        record: dict[str, Any] = {"commit": self.new.commit, "previous": self.old.commit if self.old else None,
-                                  "waves": waves.as_dict(), "wave": 0, "phase": "starting", "timeline": [],
-                                  "started": time.time(), "before": _view_dump(before)}
+        record = RolloutJournal(commit=self.new.commit, previous=self.old.commit if self.old else None,
+                                waves=waves.as_dict(), started=time.time(), before=_view_dump(before))
         self.journal.save(record)
-        self.on_event("started", record)
+        self.on_event("started", {"commit": record.commit, "previous": record.previous, "waves": record.waves})
         return self._from(record, waves, before, 0)
 
-    def resume(self, record: dict[str, Any]) -> RolloutResult:
+    def resume(self, record: RolloutJournal) -> RolloutResult:
         """Finish or roll back a rollout a killed process left in RECORD (the journal)."""
-        waves = _wave_plan(record["waves"])
-        before = _view_load(record.get("before") or {})
-        self.pending = [FollowUp.model_validate(item) for item in record.get("pending_followups") or []]
-        self.log(f"rollout: resuming {record.get('phase')} of wave {record.get('wave', 0) + 1} "
-                 f"of commit {str(record.get('commit'))[:12]} after a restart")
-        if record.get("phase") == "rolling-back":
-            failed = record.get("failed_gate") or {"gate": "restart", "message": "interrupted rollback"}
-            return self._roll_back(record, waves, before, int(record.get("failed_wave") or 1), failed)
-        return self._from(record, waves, before, int(record.get("wave", 0)))
+        waves = record.wave_plan()
+        before = _view_load(record.before)
+        self.pending = list(record.pending_followups or [])
+        self.log(f"rollout: resuming {record.phase.value} of wave {record.wave + 1} "
+                 f"of commit {str(record.commit)[:12]} after a restart")
+        if record.phase == Phase.ROLLING_BACK:
+            failed = record.failed_gate or {"gate": "restart", "message": "interrupted rollback"}
+            return self._roll_back(record, waves, before, record.failed_wave or 1, failed)
+        return self._from(record, waves, before, record.wave)
 
-    def _from(self, record: dict[str, Any], waves: WavePlan, before: SlurmView, start: int) -> RolloutResult:
-        result = RolloutResult("complete", self.new.commit, record.get("previous"), waves,
-                               timeline=list(record.get("timeline", [])))
+    def _from(self, record: RolloutJournal, waves: WavePlan, before: SlurmView, start: int) -> RolloutResult:
+        result = RolloutResult("complete", self.new.commit, record.previous, waves, timeline=list(record.timeline))
         for index in range(start, len(waves.waves)):
             wave = waves.waves[index]
             if self.options.should_stop():
                 result.status = "stopped"
                 return result
-            record.update(wave=index, phase="applying")
+            record.wave, record.phase = index, Phase.APPLYING
             self.journal.save(record)
             entry: dict[str, Any] = {"wave": wave.index, "name": wave.name, "nodes": wave.nodeset,
                                      "started": time.time(), "gates": []}
@@ -185,7 +152,7 @@ class RolloutRunner:
             failpoint("wave.before-apply")
             # a node a killed process left mid-upgrade (rebooting, validating...) is the machine's to finish: a plain
             # apply would see it down, fail its restarts and end the rollout with the node's record lost
-            upgrading = _mid_upgrade(record)
+            upgrading = record.mid_upgrade()
             applied = self._apply(self.new, [n for n in wave.nodes if n not in upgrading], record)
             failpoint("wave.after-apply")
             result.applied += applied.applied
@@ -199,7 +166,7 @@ class RolloutRunner:
                 if applied.stopped and self.options.should_stop():
                     result.status = "stopped"
                     entry["ended"] = time.time()
-                    record["timeline"] = result.timeline + [entry]
+                    record.timeline = result.timeline + [entry]
                     self.journal.save(record)
                     return result
                 problems = [f"{n}: {m}" for n, ms in sorted(applied.failures.items()) for m in ms]
@@ -211,7 +178,7 @@ class RolloutRunner:
                 failed, out = self._upgrade(sorted({c.node for c in applied.held}), record, entry)
                 gated_nodes = [n for n in wave.nodes if n not in out]
             if failed is None and wave.gated:
-                record.update(phase="gating")
+                record.phase = Phase.GATING
                 self.journal.save(record)
                 failpoint("wave.before-gates")
                 for name in waves.gates:
@@ -223,7 +190,7 @@ class RolloutRunner:
                         failed = gate
                         break
             if failed is None and wave.gated and waves.soak and index < len(waves.waves) - 1:
-                record.update(phase="soaking")
+                record.phase = Phase.SOAKING
                 self.journal.save(record)
                 soak = self.gates.soak(wave.nodes, before, waves.soak)
                 entry["soak"] = soak.as_dict()
@@ -232,22 +199,22 @@ class RolloutRunner:
             entry["ended"] = time.time()
             entry["ok"] = failed is None
             result.timeline.append(entry)
-            record["timeline"] = result.timeline
+            record.timeline = result.timeline
             if failed is not None and not wave.gated:  # one shot (waves: all, bootstrap): fails as it always did
                 result.status, result.failed_wave, result.failed_gate = "failed", wave.index, failed.as_dict()
-                result.upgrade = _final_upgrade(record)
+                result.upgrade = record.final_upgrade()
                 self.journal.clear()
                 return result
             if failed is not None:
-                record.update(failed_wave=wave.index, failed_gate=failed.as_dict())
+                record.failed_wave, record.failed_gate = wave.index, failed.as_dict()
                 return self._roll_back(record, waves, before, wave.index, failed.as_dict(), result)
             self.journal.save(record)
-        result.upgrade = _final_upgrade(record)
+        result.upgrade = record.final_upgrade()
         self.journal.clear()
         self.on_event("finished", result.as_dict())
         return result
 
-    def _apply(self, loaded: LoadedState, nodes: list[str], record: dict[str, Any]) -> ApplyResult:
+    def _apply(self, loaded: LoadedState, nodes: list[str], record: RolloutJournal) -> ApplyResult:
         """Plan LOADED against NODES (fresh facts) and apply it; its follow-ups are journaled first (a crash
         after the files are written must still run the restarts they asked for)."""
         if not nodes:  # an empty limit would mean every node
@@ -260,32 +227,32 @@ class RolloutRunner:
         if not plan.has_changes:
             return ApplyResult()
         if self.old is None and loaded is self.new:  # nothing to go back to but what these facts show
-            image = BeforeImage.model_validate(record.get("before_image") or {})
+            image = record.before_image or BeforeImage()
             image.add(capture(run.ctx, plan))
-            record["before_image"] = image.model_dump(mode="json")
+            record.before_image = image
         held: list[Change] = []
         if self.upgrade is not None and loaded is self.new:
             # the upgrade machine applies these node by node: left out here, so no "held: --allow" line claims them
             held = [c for c in plan.changing() if c.needs is not None]
             plan = plan.model_copy(update={"changes": [c for c in plan.changes
                                                        if not any(c is h for h in held)]})
-        record["pending_followups"] = [step.model_dump(mode="json") for step in plan.followups]
+        record.pending_followups = list(plan.followups)
         self.journal.save(record)
         result = run.apply(plan, self.wave_options, log=self.log)
         result.held += held
-        record.pop("pending_followups", None)
+        record.pending_followups = None
         self.journal.save(record)
         return result
 
     # ------------------------------------------------------------ upgrades (reboot, driver reload)
 
-    def _machine(self, record: dict[str, Any]) -> UpgradeMachine:
+    def _machine(self, record: RolloutJournal) -> UpgradeMachine:
         assert self.upgrade is not None
         hooks = RealHooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log).hooks()
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
                               record, self.log, self.options.should_stop, self.options.poll_interval)
 
-    def _upgrade(self, held: list[str], record: dict[str, Any],
+    def _upgrade(self, held: list[str], record: RolloutJournal,
                  entry: dict[str, Any]) -> tuple[GateResult | None, set[str]]:
         """The wave's nodes whose changes need a reboot/driver reload (and any a killed process left in flight)
         through the upgrade machine; a failed gate past the failure budget, and the nodes left out of the gates."""
@@ -307,19 +274,20 @@ class RolloutRunner:
 
     # ------------------------------------------------------------ rolling back
 
-    def _roll_back(self, record: dict[str, Any], waves: WavePlan, before: SlurmView, failed_wave: int,
+    def _roll_back(self, record: RolloutJournal, waves: WavePlan, before: SlurmView, failed_wave: int,
                    gate: dict[str, Any], result: RolloutResult | None = None) -> RolloutResult:
         """Put every node the commit reached back on the previous state, then resume the drains it caused."""
-        result = result or RolloutResult("rolled-back", self.new.commit, record.get("previous"), waves,
-                                         timeline=list(record.get("timeline", [])))
+        result = result or RolloutResult("rolled-back", self.new.commit, record.previous, waves,
+                                         timeline=list(record.timeline))
         result.failed_wave, result.failed_gate = failed_wave, gate
         reached = [n for w in waves.waves if w.index <= failed_wave for n in w.nodes]
-        record.update(phase="rolling-back", failed_wave=failed_wave, failed_gate=gate, timeline=result.timeline)
+        record.phase, record.failed_wave, record.failed_gate = Phase.ROLLING_BACK, failed_wave, gate
+        record.timeline = result.timeline
         self.journal.save(record)
         self.on_event("failed", result.as_dict())
         started = time.time()
         upgrade_errors: list[str] = []
-        if self.upgrade is not None and record.get("upgrade", {}).get("work"):
+        if self.upgrade is not None and record.upgrade is not None and record.upgrade.work:
             # a downgrade and a reboot: the plain apply would hold it; a node whose rollback failed is named
             _, failed = self._machine(record).roll_back(reached)
             upgrade_errors = [f"{n}: {why}" for n, why in sorted(failed.items())]
@@ -334,25 +302,25 @@ class RolloutRunner:
         errors = upgrade_errors + [f"{n}: {m}" for n, ms in sorted(undone.failures.items()) for m in ms]
         result.rollback = {"ok": not errors, "nodes": hostlist.compress(reached), "to": self.old.commit,
                            "changes": len(undone.applied), "resumed": resumed, "errors": errors,
-                           "left_drained": _left_drained(record), "started": started, "ended": time.time()}
+                           "left_drained": record.left_drained(), "started": started, "ended": time.time()}
         result.status = "rolled-back" if not errors else "rollback-failed"
-        result.upgrade = _final_upgrade(record)
+        result.upgrade = record.final_upgrade()
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
         return result
 
-    def _restore(self, record: dict[str, Any], reached: list[str], before: SlurmView, gate: dict[str, Any],
+    def _restore(self, record: RolloutJournal, reached: list[str], before: SlurmView, gate: dict[str, Any],
                  result: RolloutResult, started: float, upgrade_errors: list[str]) -> RolloutResult:
         """No previous commit: put what the commit changed on REACHED back to the before-images its plans read
         (reconciler/engine/restore.py), then resume the drains it caused; the record says what was restored."""
-        image = BeforeImage.model_validate(record.get("before_image") or {})
+        image = record.before_image or BeforeImage()
         nodes = hostlist.compress(reached)
         self.log(f"rollout: no previous commit: restoring {nodes} to the state the apply found")
         failpoint("rollback.before-apply")
         # A process killed from here on may have restored some resources: found as before after a restart, they
         # are not said to be ones the change never reached.
-        again = bool(record.get("restoring"))
-        record["restoring"] = True
+        again = record.restoring
+        record.restoring = True
         self.journal.save(record)
         run = open_reconcile(self.new, all_drivers(), limit=nodes, transport=self.transport)
         run.gather()
@@ -364,10 +332,10 @@ class RolloutRunner:
         result.rollback = {"ok": report.ok and not upgrade_errors, "nodes": nodes, "to": None, "before_image": True,
                            **report.as_dict(), "after_restart": again,
                            "changes": sum(len(v) for v in report.restored.values()), "resumed": resumed,
-                           "errors": errors, "upgrade_errors": upgrade_errors, "left_drained": _left_drained(record),
+                           "errors": errors, "upgrade_errors": upgrade_errors, "left_drained": record.left_drained(),
                            "started": started, "ended": time.time()}
         result.status = "rolled-back" if result.rollback["ok"] else "rollback-failed"
-        result.upgrade = _final_upgrade(record)
+        result.upgrade = record.final_upgrade()
         self.journal.clear()
         self.on_event("rolled-back", result.as_dict())
         return result
@@ -398,50 +366,15 @@ class RolloutRunner:
         return resumed
 
 
-def _mid_upgrade(record: dict[str, Any]) -> set[str]:
-    """Nodes the journalled upgrade has started and not ended (past upgrade-required, not in a final state)."""
-    upgrade = record.get("upgrade")
-    nodes = upgrade.get("nodes") if isinstance(upgrade, dict) else None
-    if not isinstance(nodes, dict):
-        return set()
-    return {n for n, e in nodes.items() if isinstance(e, dict) and e.get("state") not in (*FINAL, "upgrade-required")}
-
-
-def _final_upgrade(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The upgrade part of the journal as the rollout ends (node states, failed, the limit), for its record; the
-    undo commands stay out."""
-    upgrade = record.get("upgrade")
-    if not isinstance(upgrade, dict) or not upgrade.get("nodes"):
-        return None
-    return {k: v for k, v in upgrade.items() if k != "work"}
-
-
-def _left_drained(record: dict[str, Any]) -> dict[str, str]:
-    """Nodes whose upgrade or its rollback failed: kept drained for a human (a rollback never lifts an upgrade
-    drain), with why."""
-    upgrade = record.get("upgrade") or {}
-    nodes = upgrade.get("nodes") or {}
-    out = {n: str((nodes.get(n) or {}).get("reason") or "upgrade failed") for n in upgrade.get("failed") or []}
-    out.update({n: str(e.get("reason") or "rollback failed") for n, e in nodes.items()
-                if isinstance(e, dict) and e.get("state") == "rollback-failed"})
-    return out
-
-
-def _wave_plan(data: dict[str, Any]) -> WavePlan:
-    """A WavePlan back from its dict (the journal)."""
-    return WavePlan([Wave.from_dict(w) for w in data.get("waves", [])], list(data.get("gates", [])),
-                    int(data.get("soak_seconds", 0)), str(data.get("mode", "progressive")))
-
-
-def _view_dump(view: SlurmView) -> dict[str, Any]:
+def _view_dump(view: SlurmView) -> SeenBefore:
     """The node states and reasons of a view, for the journal (what was drained before the rollout)."""
-    return {"error": view.error, "nodes": {n: {"state": f.state, "reason": f.reason} for n, f in view.nodes.items()}}
+    return SeenBefore(error=view.error,
+                      nodes={n: SeenNode(state=f.state, reason=f.reason) for n, f in view.nodes.items()})
 
 
-def _view_load(data: dict[str, Any]) -> SlurmView:
+def _view_load(seen: SeenBefore) -> SlurmView:
     """The inverse of _view_dump."""
     from reconciler.facts.models import SlurmNodeFact
 
-    nodes = {n: SlurmNodeFact(name=n, state=v["state"], reason=v.get("reason"))
-             for n, v in (data.get("nodes") or {}).items()}
-    return SlurmView(nodes=nodes, error=data.get("error"))
+    nodes = {n: SlurmNodeFact(name=n, state=v.state, reason=v.reason) for n, v in seen.nodes.items()}
+    return SlurmView(nodes=nodes, error=seen.error)

@@ -1,13 +1,13 @@
 """Changes that need a reboot or a driver reload, node by node: the per-node state machine of an upgrade.
 
-Each node goes upgrade-required -> draining -> waiting-for-jobs -> applying -> rebooting | reloading ->
-validating -> done, or ends `failed` (kept drained with the reason). Its state is journalled under
-`record["upgrade"]` BEFORE each step, so a killed process resumes every node where it was: a node in `rebooting`
-whose boot id already changed goes on to `validating`, and a node is resumed only while the upgrade's own drain
-holds it (once). At most `max_unavailable` nodes are out at a time; past `failure_budget` failed nodes no new
-node starts and every node the upgrade reached is rolled back (its before-image undo, then a reboot or reload
-again): `rolling-back` -> `rolled-back`, or `rollback-failed` (kept drained, the reason naming the step that failed;
-final: a human takes it from there, no later pass tries it again).
+Each node goes upgrade-required -> draining -> waiting-for-jobs -> applying -> rebooting | reloading -> validating
+-> done, or ends `failed` (kept drained with the reason). Its state is journalled in the rollout journal's `upgrade`
+part (reconciler/rollout/journal.py: the states and their transition table) BEFORE each step, so a killed process
+resumes every node where it was: a node in `rebooting` whose boot id already changed goes on to `validating`, and a
+node is resumed only while the upgrade's own drain holds it (once). At most `max_unavailable` nodes are out at a
+time; past `failure_budget` failed nodes no new node starts and every node the upgrade reached is rolled back (its
+before-image undo, then a reboot or reload again): `rolling-back` -> `rolled-back`, or `rollback-failed` (kept
+drained, the reason naming the step that failed; final: a human takes it from there, no later pass tries it again).
 
 The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `RebootSteps`
 data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (reconciler/rollout/
@@ -29,11 +29,11 @@ from reconciler.engine.drain import NodeDrain, wait_until
 from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade
+from reconciler.rollout.journal import FINAL, STATES, Journal, NodeEntry, NodeWork, RolloutJournal, UpgradeRecord
+from reconciler.rollout.journal import UpgradeState as S
 from reconciler.transport.base import Transport
 
-STATES = ("upgrade-required", "draining", "waiting-for-jobs", "applying", "rebooting", "reloading", "validating",
-          "done", "failed", "rolling-back", "rolled-back", "rollback-failed")
-FINAL = frozenset({"done", "failed", "rolled-back", "rollback-failed"})
+__all__ = ["FINAL", "STATES", "Hooks", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
 Log = Callable[[str], None]
 
 
@@ -90,52 +90,51 @@ class NodeFailed(Exception):
 
 
 class UpgradeMachine:
-    """Runs the per-node upgrade over a transport; its record lives in RECORD["upgrade"] (the rollout journal)."""
+    """Runs the per-node upgrade over a transport; its record is RECORD's `upgrade` part (the rollout journal)."""
 
     def __init__(self, config: Upgrade, hooks: Hooks, transport: Transport, specs: dict[str, NodeSpec],
-                 journal: Any, record: dict[str, Any], log: Log = lambda _: None,
+                 journal: Journal, record: RolloutJournal, log: Log = lambda _: None,
                  should_stop: Callable[[], bool] = lambda: False, poll: float = 1.0) -> None:
         self.config, self.hooks, self.transport, self.specs = config, hooks, transport, specs
         self.journal, self.record, self.log, self.should_stop, self.poll = journal, record, log, should_stop, poll
         self.lock = threading.Lock()
-        up = record.setdefault("upgrade", {})
-        up.setdefault("nodes", {})
-        up.setdefault("failed", [])
-        up.setdefault("work", {})
-        up["max_unavailable"] = config.max_unavailable
+        self.upgrade: UpgradeRecord = record.upgrading()
+        self.upgrade.max_unavailable = config.max_unavailable
 
     # ------------------------------------------------------------ the record
 
     @property
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        """Node -> {state, since, reason, boot_id, jobs}."""
-        return self.record["upgrade"]["nodes"]
+    def nodes(self) -> dict[str, NodeEntry]:
+        """Node -> its state, since when, reason, boot id and jobs."""
+        return self.upgrade.nodes
 
     @property
-    def work(self) -> dict[str, dict[str, Any]]:
-        """Node -> {needs, undo, summary, failed}: what was applied and how to undo it."""
-        return self.record["upgrade"]["work"]
+    def work(self) -> dict[str, NodeWork]:
+        """Node -> what was applied and how to undo it."""
+        return self.upgrade.work
 
     def _save(self) -> None:
         self.journal.save(self.record)
 
-    def _set(self, node: str, state: str, **extra: Any) -> None:
-        """Journal NODE's new state, then pause here when a test asks (failpoint `upgrade.<state>`)."""
+    def _set(self, node: str, state: S, **extra: Any) -> None:
+        """Journal NODE's new state (an illegal transition refused), then pause here when a test asks (failpoint
+        `upgrade.<state>`)."""
         with self.lock:
-            entry = self.nodes[node]
-            entry.update(state=state, since=time.time(), **extra)
+            self.nodes[node].move(node, state, **extra)
             self._save()
-        self.log(f"upgrade: {node}: {state}" + (f" ({extra['reason']})" if extra.get("reason") else ""))
-        failpoint(f"upgrade.{state}")
+        self.log(f"upgrade: {node}: {state.value}" + (f" ({extra['reason']})" if extra.get("reason") else ""))
+        failpoint(f"upgrade.{state.value}")
 
     def _note(self, node: str, **extra: Any) -> None:
         with self.lock:
-            self.nodes[node].update(**extra)
+            entry = self.nodes[node]
+            for name, value in extra.items():
+                setattr(entry, name, value)
             self._save()
 
     def in_flight(self) -> list[str]:
         """Nodes of the record not in a final state (what a restart must finish)."""
-        return [n for n, e in self.nodes.items() if e.get("state") not in FINAL]
+        return [n for n, e in self.nodes.items() if e.state not in FINAL]
 
     # ------------------------------------------------------------ shell
 
@@ -186,15 +185,15 @@ class UpgradeMachine:
         time; past the failure budget, roll back every node the upgrade reached."""
         with self.lock:
             for node in nodes:
-                self.nodes.setdefault(node, {"state": "upgrade-required", "since": time.time(), "reason": None,
-                                             "boot_id": None, "jobs": 0})
+                self.nodes.setdefault(node, NodeEntry(state=S.REQUIRED, since=time.time(), reason=None,
+                                                      boot_id=None, jobs=0))
             self._save()
         outcome = UpgradeOutcome()
-        started = [n for n in self.in_flight() if self.nodes[n]["state"] != "upgrade-required"]
-        waiting = [n for n in nodes if n not in started and self.nodes[n]["state"] == "upgrade-required"]
+        started = [n for n in self.in_flight() if self.nodes[n].state != S.REQUIRED]
+        waiting = [n for n in nodes if n not in started and self.nodes[n].state == S.REQUIRED]
         order = started + self._idle_first(waiting)
         if self._over_budget():
-            order = [n for n in order if self.nodes[n]["state"] == "rolling-back"]
+            order = [n for n in order if self.nodes[n].state == S.ROLLING_BACK]
         with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
             running: set[Future[None]] = set()
             for node in order:
@@ -207,27 +206,27 @@ class UpgradeMachine:
         outcome.stopped = self.should_stop()
         for node in nodes + started:
             entry = self.nodes[node]
-            if entry["state"] == "done" and node not in outcome.done:
+            if entry.state == S.DONE and node not in outcome.done:
                 outcome.done.append(node)
-            elif entry["state"] == "failed":
-                outcome.failed[node] = str(entry.get("reason") or "failed")
-            elif entry["state"] == "upgrade-required" and entry.get("reason"):
-                outcome.skipped[node] = str(entry["reason"])
+            elif entry.state == S.FAILED:
+                outcome.failed[node] = entry.reason or "failed"
+            elif entry.state == S.REQUIRED and entry.reason:
+                outcome.skipped[node] = entry.reason
         if self._over_budget() and not outcome.stopped:
             outcome.over_budget = True
-            reached = [n for n, w in self.work.items() if w.get("undo") is not None]
+            reached = [n for n, w in self.work.items() if w.undo is not None]
             back, errors = self.roll_back(reached)
             outcome.rolled_back, outcome.rollback_errors = back, errors
             for node in back:
                 outcome.done = [n for n in outcome.done if n != node]
-                outcome.failed.setdefault(node, str(self.nodes[node].get("reason") or "rolled back"))
+                outcome.failed.setdefault(node, self.nodes[node].reason or "rolled back")
             for node, why in errors.items():  # neither done nor put back: out of the gates, drained for a human
                 outcome.done = [n for n in outcome.done if n != node]
                 outcome.failed[node] = why
         return outcome
 
     def _over_budget(self) -> bool:
-        return len(self.record["upgrade"]["failed"]) > self.config.failure_budget
+        return len(self.upgrade.failed) > self.config.failure_budget
 
     def _idle_first(self, nodes: list[str]) -> list[str]:
         """Idle nodes first: busy ones have longer to finish their jobs before their turn."""
@@ -249,43 +248,43 @@ class UpgradeMachine:
         steps = self.hooks.steps(node)
         drain = self._drainer(node)
         while not self.should_stop():
-            state = self.nodes[node]["state"]
-            if state in FINAL or state == "rolling-back":
+            state = self.nodes[node].state
+            if state in FINAL or state == S.ROLLING_BACK:
                 return
-            if state == "upgrade-required":
-                self._set(node, "draining")
-            elif state == "draining":
+            if state == S.REQUIRED:
+                self._set(node, S.DRAINING)
+            elif state == S.DRAINING:
                 if not drain.ours():
                     if drain.drained():  # an admin's drain: not ours to lift, so not ours to use
-                        self._set(node, "upgrade-required", reason="drained by someone else: not upgraded")
+                        self._set(node, S.REQUIRED, reason="drained by someone else: not upgraded")
                         return
                     self._drain(drain, "drain")
-                self._set(node, "waiting-for-jobs")
-            elif state == "waiting-for-jobs":
+                self._set(node, S.WAITING_FOR_JOBS)
+            elif state == S.WAITING_FOR_JOBS:
                 self._wait_jobs(node)
-                self._set(node, "applying")
-            elif state == "applying":
+                self._set(node, S.APPLYING)
+            elif state == S.APPLYING:
                 self._apply(node)
-            elif state == "rebooting":
+            elif state == S.REBOOTING:
                 self._reboot(node, steps)
                 if not self.should_stop():
                     self._keep_drained(node, steps)
                 if self.should_stop():  # not known to be back and drained: a restart looks again
                     return
-                self._set(node, "validating")
-            elif state == "reloading":
+                self._set(node, S.VALIDATING)
+            elif state == S.RELOADING:
                 self._reload(node, steps)
                 if self.should_stop():  # not known to be registered again: a restart reloads again
                     return
-                self._set(node, "validating")
-            elif state == "validating":
+                self._set(node, S.VALIDATING)
+            elif state == S.VALIDATING:
                 self._validate(node, steps)
                 return
 
     def _wait_jobs(self, node: str) -> None:
         """Bounded by drain_timeout: the node's jobs end on their own (none is killed)."""
         def seen(count: int) -> None:
-            if count != self.nodes[node].get("jobs"):
+            if count != self.nodes[node].jobs:
                 self._note(node, jobs=count)
         if not self._drainer(node).wait_jobs(parse_duration(self.config.drain_timeout), seen):
             if self.should_stop():
@@ -295,30 +294,30 @@ class UpgradeMachine:
     def _apply(self, node: str) -> None:
         """Apply the node's held changes; the undo is journalled before they are applied."""
         prepared = self.hooks.prepare(node)
-        work = self.work.get(node) or {}
+        work = self.work.get(node) or NodeWork()
         if prepared.needs is not None:
             with self.lock:
-                if work.get("undo") is None:  # a restart re-plans after the apply: keep the first before-image
-                    work = {"needs": prepared.needs, "undo": prepared.undo, "summary": prepared.summary}
+                if work.undo is None:  # a restart re-plans after the apply: keep the first before-image
+                    work = NodeWork(needs=prepared.needs, undo=prepared.undo, summary=prepared.summary)
                     self.work[node] = work
-                work["needs"] = "reboot" if "reboot" in (work.get("needs"), prepared.needs) else prepared.needs
+                work.needs = "reboot" if "reboot" in (work.needs, prepared.needs) else prepared.needs
                 self._save()
             failpoint("upgrade.before-apply")
             error = prepared.apply()
             if error:
                 raise NodeFailed(f"apply: {error}")
-        needs = work.get("needs")
+        needs = work.needs
         if needs == "reboot":
-            self._set(node, "rebooting", boot_id=self._boot_id(node))
+            self._set(node, S.REBOOTING, boot_id=self._boot_id(node))
         elif needs == "driver-reload":
-            self._set(node, "reloading")
+            self._set(node, S.RELOADING)
         else:  # nothing was left to apply and nothing recorded: the node already has the desired state
-            self._set(node, "validating")
+            self._set(node, S.VALIDATING)
 
     def _reboot(self, node: str, steps: RebootSteps) -> None:
         """Ask for the reboot unless it happened or is under way, then wait (bounded) for a new boot id and the
         node's daemon registered again."""
-        old = self.nodes[node].get("boot_id")
+        old = self.nodes[node].boot_id
         if old is None:
             old = self._boot_id(node)
             if old is None:
@@ -373,7 +372,7 @@ class UpgradeMachine:
         why = self.hooks.after_resume(node)
         if why:
             raise NodeFailed(why)
-        self._set(node, "done", reason=None)
+        self._set(node, S.DONE, reason=None)
 
     def _fail(self, node: str, why: str) -> None:
         """Keep NODE drained with WHY; count it against the failure budget."""
@@ -381,11 +380,11 @@ class UpgradeMachine:
             steps = self.hooks.steps(node)
             self._sh(steps.run_on, self.hooks.fail(node, why))
         with self.lock:
-            if node not in self.record["upgrade"]["failed"]:
-                self.record["upgrade"]["failed"].append(node)
+            if node not in self.upgrade.failed:
+                self.upgrade.failed.append(node)
             if node in self.work:
-                self.work[node]["failed"] = True
-        self._set(node, "failed", reason=why)
+                self.work[node].failed = True
+        self._set(node, S.FAILED, reason=why)
 
     # ------------------------------------------------------------ rolling back
 
@@ -393,22 +392,25 @@ class UpgradeMachine:
         """Put NODES (those the upgrade applied something on) back: undo, reboot or reload, wait; resume the ones
         that had passed, keep the failed ones drained. Returns the nodes rolled back and, for every node of NODES
         whose rollback failed (now or in an earlier pass: never tried again), why."""
-        done = ("rolled-back", "rollback-failed")
-        todo = [n for n in nodes if n in self.work and self.nodes.get(n, {}).get("state") not in done]
+        todo = [n for n in nodes if n in self.work and self._state(n) not in (S.ROLLED_BACK, S.ROLLBACK_FAILED)]
         if todo:
             with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
                 list(pool.map(self._back, todo))
-        errors = {n: str(self.nodes[n].get("reason") or "rollback failed") for n in nodes  # rolling-back: stopped
-                  if n in self.work and self.nodes.get(n, {}).get("state") in ("rollback-failed", "rolling-back")}
-        return [n for n in todo if self.nodes[n]["state"] == "rolled-back"], errors
+        errors = {n: self.nodes[n].reason or "rollback failed" for n in nodes  # rolling-back: stopped
+                  if n in self.work and self._state(n) in (S.ROLLBACK_FAILED, S.ROLLING_BACK)}
+        return [n for n in todo if self.nodes[n].state == S.ROLLED_BACK], errors
+
+    def _state(self, node: str) -> S | None:
+        entry = self.nodes.get(node)
+        return entry.state if entry is not None else None
 
     def _back(self, node: str) -> str | None:
         steps = self.hooks.steps(node)
         work = self.work[node]
         try:
-            if self.nodes[node]["state"] != "rolling-back":
-                self._set(node, "rolling-back", boot_id=None)
-            if self.nodes[node].get("boot_id") is None:
+            if self.nodes[node].state != S.ROLLING_BACK:
+                self._set(node, S.ROLLING_BACK, boot_id=None)
+            if self.nodes[node].boot_id is None:
                 # a node that passed was resumed and may run jobs again: out of scheduling and idle first
                 drain = self._drainer(node)
                 if not drain.drained():
@@ -416,13 +418,13 @@ class UpgradeMachine:
                 self._wait_jobs(node)
                 if self.should_stop():
                     raise NodeFailed("stopped while waiting for its jobs (the rollback goes on at the next start)")
-                for command in work.get("undo") or []:
+                for command in work.undo or []:
                     self._must(node, command, "undo")
-                if work.get("needs") == "reboot":
+                if work.needs == "reboot":
                     self._note(node, boot_id=self._boot_id(node))
-            if work.get("needs") == "reboot":
+            if work.needs == "reboot":
                 self._reboot(node, steps)
-            elif work.get("needs") == "driver-reload":
+            elif work.needs == "driver-reload":
                 self._reload(node, steps)
         except Exception as exc:  # noqa: BLE001 - a broken step fails this node's rollback, never the others'
             why = f"rollback failed: {exc if isinstance(exc, NodeFailed) else f'{type(exc).__name__}: {exc}'}"
@@ -431,16 +433,16 @@ class UpgradeMachine:
             if self.should_stop():  # not failed, interrupted: still rolling-back, finished at the next start
                 self._note(node, reason=why)
             else:
-                self._set(node, "rollback-failed", reason=why)
+                self._set(node, S.ROLLBACK_FAILED, reason=why)
             return why
-        if work.get("failed"):
-            reason = f"{self.nodes[node].get('reason') or 'failed'}; rolled back"
+        if work.failed:
+            reason = f"{self.nodes[node].reason or 'failed'}; rolled back"
             if self.hooks.fail is not None:
                 self._sh(steps.run_on, self.hooks.fail(node, reason))
-            self._set(node, "rolled-back", reason=reason)
+            self._set(node, S.ROLLED_BACK, reason=reason)
         else:
             drain = self._drainer(node)
             if drain.ours():
                 drain.resume()
-            self._set(node, "rolled-back", reason="rolled back with the rollout")
+            self._set(node, S.ROLLED_BACK, reason="rolled back with the rollout")
         return None

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from reconciler.common.failpoints import ENV
+from reconciler.rollout.journal import NodeEntry, RolloutJournal
 from tests.ha.local_shell import LocalShell
 from tests.rollout.upgrade_sim import NEW, OLD, REASON, FileJournal, Sim
 
@@ -34,13 +35,18 @@ def poll(what: str, done: Callable[[], bool], timeout: float = BOUND) -> None:
         time.sleep(0.05)
 
 
+def entry(record: RolloutJournal | None, node: str) -> NodeEntry | None:
+    """NODE's upgrade entry in RECORD, if any."""
+    return record.upgrade.nodes.get(node) if record is not None and record.upgrade is not None else None
+
+
 def states(journal: FileJournal, node: str) -> list[str]:
     """NODE's states in the order the journal saw them (repeats folded)."""
     out: list[str] = []
     for save in journal.saves:
-        state = save.get("upgrade", {}).get("nodes", {}).get(node, {}).get("state")
-        if state and (not out or out[-1] != state):
-            out.append(state)
+        found = entry(save, node)
+        if found is not None and (not out or out[-1] != found.state):
+            out.append(found.state)
     return out
 
 
@@ -66,9 +72,10 @@ def test_states_in_order_each_journalled_before_its_step(tmp_path: Path) -> None
     journal = FileJournal(tmp_path / "journal.json")
     real_save = journal.save
 
-    def save(data: dict[str, Any]) -> None:
-        real_save(data)
-        events.append(("state", data["upgrade"]["nodes"]["n1"]["state"]))
+    def save(journal: RolloutJournal) -> None:
+        real_save(journal)
+        assert journal.upgrade is not None
+        events.append(("state", journal.upgrade.nodes["n1"].state))
     journal.save = save  # type: ignore[method-assign]
     outcome = sim.machine({"max_unavailable": 1}, journal, transport=Events(events)).run(["n1"])
     assert outcome.done == ["n1"] and not outcome.failed
@@ -83,8 +90,8 @@ def test_states_in_order_each_journalled_before_its_step(tmp_path: Path) -> None
     assert (sim.read("n1", "loaded"), sim.count("n1", "reboots"), sim.count("n1", "resumes")) == (NEW, 1, 1)
     assert sim.read("n1", "drained") == ""
     record = journal.load()
-    assert record is not None and record["upgrade"]["max_unavailable"] == 1
-    assert record["upgrade"]["work"]["n1"]["undo"] == [f"echo {OLD} > {tmp_path / 'n1'}/version"]
+    assert record is not None and record.upgrade is not None and record.upgrade.max_unavailable == 1
+    assert record.upgrade.work["n1"].undo == [f"echo {OLD} > {tmp_path / 'n1'}/version"]
 
 
 def test_busy_node_reboots_only_after_its_jobs_end_and_idle_nodes_go_first(tmp_path: Path) -> None:
@@ -97,9 +104,10 @@ def test_busy_node_reboots_only_after_its_jobs_end_and_idle_nodes_go_first(tmp_p
     machine = sim.machine({"max_unavailable": 1}, journal)
     thread = threading.Thread(target=machine.run, args=(["n1", "n2"],))
     thread.start()
-    def n1() -> dict[str, Any]:
-        return dict((journal.load() or {}).get("upgrade", {}).get("nodes", {}).get("n1", {}))
-    poll("n1 waiting for its job, counted", lambda: n1().get("state") == "waiting-for-jobs" and n1()["jobs"] == 1)
+    def n1() -> NodeEntry | None:
+        return entry(journal.load(), "n1")
+    poll("n1 waiting for its job, counted",
+         lambda: (e := n1()) is not None and e.state == "waiting-for-jobs" and e.jobs == 1)
     assert sim.count("n1", "reboots") == 0 and sim.read("n1", "drained") == REASON
     assert states(journal, "n2")[-1] == "done"  # the idle node went first
     (sim.dir("n1") / "jobs").write_text("")  # the job ends by itself
@@ -184,7 +192,8 @@ def test_a_passed_node_is_drained_and_its_jobs_waited_for_before_its_rollback(tm
     assert sim.read("n1", "jobs") == "42 running"  # the job landed after n1 was resumed
     assert sim.count("n1", "reboots") == 1 and sim.read("n1", "version") == NEW  # no reboot under its job
     assert sim.read("n1", "drained").startswith(REASON)
-    assert "jobs still running" in (journal.load() or {}).get("upgrade", {}).get("nodes", {})["n1"]["reason"]
+    found = entry(journal.load(), "n1")
+    assert found is not None and "jobs still running" in str(found.reason)
     assert sim.read("n2", "version") == OLD and sim.count("n2", "reboots") == 2  # the failed one went back
 
 
@@ -198,8 +207,8 @@ def test_node_drained_by_someone_else_is_left_alone(tmp_path: Path) -> None:
     assert (sim.read("n1", "drained"), sim.read("n1", "version")) == ("bad fan (admin)", OLD)
 
 
-def _killed_at(tmp_path: Path, sim: Sim, point: str, reached: Callable[[dict[str, Any]], bool],
-               config: dict[str, Any]) -> dict[str, Any]:
+def _killed_at(tmp_path: Path, sim: Sim, point: str, reached: Callable[[RolloutJournal], bool],
+               config: dict[str, Any]) -> RolloutJournal:
     """Run one upgrade of SIM's nodes in a child paused at failpoint POINT; SIGKILL it once the journal shows
     REACHED; the journal it left."""
     env = {**os.environ, ENV: f"{point}=sleep(120)", "PYTHONPATH": str(REPO)}
@@ -207,7 +216,7 @@ def _killed_at(tmp_path: Path, sim: Sim, point: str, reached: Callable[[dict[str
                               json.dumps(config)], cwd=REPO, env=env)
     journal = FileJournal(tmp_path / "journal.json")
     try:
-        poll(f"the child at {point}", lambda: journal.path.exists() and reached(journal.load() or {}))
+        poll(f"the child at {point}", lambda: (r := journal.load()) is not None and reached(r))
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
@@ -216,8 +225,9 @@ def _killed_at(tmp_path: Path, sim: Sim, point: str, reached: Callable[[dict[str
     return record
 
 
-def _state(record: dict[str, Any], node: str = "n1") -> str:
-    return str(record.get("upgrade", {}).get("nodes", {}).get(node, {}).get("state"))
+def _state(record: RolloutJournal | None, node: str = "n1") -> str:
+    found = entry(record, node)
+    return str(found.state if found is not None else None)
 
 
 @pytest.mark.parametrize("point,state", [
@@ -228,7 +238,7 @@ def test_sigkill_at_each_step_resumes_from_the_journal_exactly_once(tmp_path: Pa
     """Killed at POINT, a new machine on the journal finishes the node: rebooted once, resumed once, new driver."""
     sim = Sim(tmp_path, ["n1"])
     sim.create()
-    extra = {"upgrade.before-apply": lambda r: "n1" in r["upgrade"]["work"],
+    extra = {"upgrade.before-apply": lambda r: r.upgrade is not None and "n1" in r.upgrade.work,
              "upgrade.reboot-issued": lambda r: sim.count("n1", "reboots") == 1}
     record = _killed_at(tmp_path, sim, point, lambda r: _state(r) == state and extra.get(point, bool)(r), {})
     journal = FileJournal(tmp_path / "journal.json")
@@ -247,7 +257,7 @@ def test_sigkill_during_the_rollback_finishes_it_from_the_journal(tmp_path: Path
                         {"max_unavailable": 1})
     journal = FileJournal(tmp_path / "journal.json")
     outcome = sim.machine({"max_unavailable": 1}, journal, record=record).run([])
-    assert outcome.rolled_back == ["n1"] and _state(journal.load() or {}) == "rolled-back"
+    assert outcome.rolled_back == ["n1"] and _state(journal.load()) == "rolled-back"
     assert (sim.read("n1", "version"), sim.read("n1", "loaded"), sim.count("n1", "reboots")) == (OLD, OLD, 2)
     assert sim.read("n1", "drained").endswith("; rolled back") and sim.count("n1", "resumes") == 0
     assert (sim.read("n2", "version"), sim.count("n2", "reboots")) == (OLD, 0)

@@ -17,6 +17,7 @@ from typing import Any
 
 from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
 from reconciler.model.upgrade import Upgrade
+from reconciler.rollout.journal import RolloutJournal, decode, encode
 from reconciler.rollout.upgrade import Hooks, Prepared, UpgradeMachine
 from tests.ha.local_shell import LocalShell, spec
 
@@ -25,22 +26,22 @@ REASON = "reconciler: upgrade c0ffee"
 
 
 class FileJournal:
-    """The rollout journal as a JSON file (what survives a SIGKILL), every save written whole and renamed."""
+    """The rollout journal as a JSON file (what survives a SIGKILL), every save encoded whole and renamed."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.saves: list[dict[str, Any]] = []
+        self.saves: list[RolloutJournal] = []
 
-    def save(self, data: dict[str, Any]) -> None:
-        """Write DATA atomically; keep a copy of each save."""
+    def save(self, journal: RolloutJournal) -> None:
+        """Write JOURNAL atomically; keep a copy of each save, read back from what was written."""
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
+        tmp.write_text(json.dumps(encode(journal)))
         tmp.replace(self.path)
-        self.saves.append(json.loads(json.dumps(data)))
+        self.saves.append(decode(json.loads(self.path.read_text()), str(self.path)))
 
-    def load(self) -> dict[str, Any] | None:
-        """The record, if any."""
-        return json.loads(self.path.read_text()) if self.path.exists() else None
+    def load(self) -> RolloutJournal | None:
+        """The journal, if any."""
+        return decode(json.loads(self.path.read_text()), str(self.path)) if self.path.exists() else None
 
     def clear(self) -> None:
         """Forget it."""
@@ -114,13 +115,13 @@ class Sim:
         return Hooks(steps=self.steps, reload=lambda node: ReloadSteps(), prepare=prepare, validate=validate,
                      fail=fail)
 
-    def machine(self, config: dict[str, Any], journal: FileJournal, record: dict[str, Any] | None = None,
+    def machine(self, config: dict[str, Any], journal: FileJournal, record: RolloutJournal | None = None,
                 transport: LocalShell | None = None) -> UpgradeMachine:
         """A machine over a real local shell, its record in JOURNAL."""
         transport = transport or LocalShell()
         specs = {n: spec(n) for n in [*self.names, "ctl"]}
         return UpgradeMachine(Upgrade.model_validate(config), self.hooks(transport), transport, specs, journal,
-                              record if record is not None else {"commit": "c0ffee"}, poll=0.05)
+                              record if record is not None else RolloutJournal(commit="c0ffee"), poll=0.05)
 
 
 def main(argv: list[str]) -> int:
