@@ -8,8 +8,8 @@ from reconciler.desired.inventory import slurm_nodes
 from reconciler.drivers import slurm_running as running
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
+from reconciler.engine.drain import DrainSteps
 from reconciler.engine.driver import DriverDefaults
-from reconciler.engine.followups import DrainSteps
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.review import PlanEdit, Refuse, Warn
@@ -47,15 +47,35 @@ def state_command(node: str, flags: str) -> str:
     return f"scontrol show node -o {shlex.quote(node)} | grep -Eq ' State=[^ ]*({flags})'"
 
 
-def drain_steps(controller: str, node: str) -> DrainSteps:
-    """How the engine drains a Slurm node around a rolling restart, and resumes it after (as data)."""
-    quoted = shlex.quote(node)
+# Which jobs hold a node, for every drain that waits for jobs (a rolling restart, a step that would end other nodes'
+# jobs, the upgrade's reboot): RUNNING, COMPLETING, CONFIGURING and SUSPENDED. A suspended job "has an allocation,
+# but execution has been suspended and CPUs have been released for other jobs" (squeue.1, the same words in 22.05,
+# 24.11 and 26.05); its processes stay on the node, stopped, and carry on there (scontrol.1 `suspend`/`resume`:
+# SIGSTOP, SIGCONT; slurm.conf.5 PreemptMode=SUSPEND: "the suspended jobs will still use memory on the allocated
+# nodes"; all three releases). So a step that ends the running jobs of a node (a reboot ends every process) ends a
+# suspended one too, and with its CPUs released the node's state does not show it (drained, a node with only a
+# suspended job reads IDLE+DRAIN, DRAINED: observed on 22.05.8 and 24.11.5): squeue does. Before, the
+# apply's drains left SUSPENDED out (a rolling restart or a protected step ran beside a suspended job) and the
+# upgrade's counted it, neither saying why; now every drain counts it: waited for like a running job, bounded by
+# drain_timeout, never ended by our step (tests/engine/test_drain_suspended_testbed.py: a suspended job on the
+# testbed is seen by both kinds of steps).
+JOB_STATES = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
+
+
+def jobs_command(node: str) -> str:
+    """Prints one line per job holding NODE (JOB_STATES: suspended ones included); empty when none."""
+    return f"squeue -h -w {shlex.quote(node)} -t {JOB_STATES} -o %A"
+
+
+def drain_steps(controller: str, node: str, reason: str = ROLLOUT_REASON, ours: str | None = None) -> DrainSteps:
+    """How NODE is drained with REASON, waited empty and resumed (as data): around a rolling restart by default."""
     return DrainSteps(
         run_on=controller,
-        jobs=f"squeue -h -w {quoted} -t RUNNING,COMPLETING,CONFIGURING -o %A",
+        jobs=jobs_command(node),
         drained=state_command(node, "DRAIN"),
-        drain=drain_command(node, ROLLOUT_REASON),
-        resume=resume_command(node))
+        drain=drain_command(node, reason),
+        resume=resume_command(node),
+        ours=ours)
 
 
 def responding_command(node: str) -> str:

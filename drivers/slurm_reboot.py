@@ -1,5 +1,6 @@
 """The Slurm side of an upgrade, as data: how a node is drained, rebooted through Slurm's RebootProgram, seen
-back and resumed (`RebootSteps`), and how its driver stack is reloaded without a reboot (`ReloadSteps`).
+back and resumed (`DrainSteps` with its reboot part: engine/drain.py), and how its driver stack is reloaded
+without a reboot (`ReloadSteps`).
 
 Slurm 22.05 refuses `scontrol reboot ... nextstate=DRAIN`, and an ASAP reboot clears the DRAIN flag: so the node
 is drained first with a `reconciler: upgrade <commit>` reason, and the plain `scontrol reboot NODE` is issued once
@@ -20,11 +21,12 @@ import shlex
 from reconciler.drivers.node_state import (
     UPGRADE_PREFIX,
     drain_command,
+    drain_steps,
     responding_command,
-    resume_command,
     state_command,
 )
-from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.engine.drain import DrainSteps
+from reconciler.engine.upgrade_steps import ReloadSteps
 from reconciler.facts.services import control_command
 from reconciler.model import ServiceManager
 from reconciler.model.upgrade import DriverReload
@@ -43,23 +45,19 @@ def failed_reason(commit: str | None, why: str) -> str:
     return f"{upgrade_reason(commit)} failed: {text}"[:240]
 
 
-def reboot_steps(controller: str, node: str, commit: str | None) -> RebootSteps:
-    """How the upgrade takes NODE out, reboots it through Slurm and brings it back (as data)."""
+def reboot_steps(controller: str, node: str, commit: str | None) -> DrainSteps:
+    """How the upgrade takes NODE out, reboots it through Slurm and brings it back (as data): the drain steps of
+    every drain (node_state.drain_steps: the same jobs rule) with the upgrade's reason and the reboot's commands."""
     q = shlex.quote(node)
     show = f"scontrol show node -o {q}"
     drained = state_command(node, "DRAIN")
-    return RebootSteps(
-        run_on=controller,
-        drained=drained,
-        ours=(f"{drained} && ! {show} | grep -qF ' NextState=' && "
-              f"{show} | grep -qF {shlex.quote('Reason=' + UPGRADE_PREFIX)}"),
-        drain=drain_command(node, upgrade_reason(commit)),
-        jobs=f"squeue -h -w {q} -t RUNNING,COMPLETING,CONFIGURING,SUSPENDED -o %A",
-        reboot=f"scontrol reboot {q}",
-        pending=state_command(node, "REBOOT"),
-        boot_id=BOOT_ID,
-        registered=f"{responding_command(node)} && ! {state_command(node, 'REBOOT')}",
-        resume=resume_command(node))
+    ours = (f"{drained} && ! {show} | grep -qF ' NextState=' && "
+            f"{show} | grep -qF {shlex.quote('Reason=' + UPGRADE_PREFIX)}")
+    return drain_steps(controller, node, upgrade_reason(commit), ours).model_copy(update={
+        "reboot": f"scontrol reboot {q}",
+        "pending": state_command(node, "REBOOT"),
+        "boot_id": BOOT_ID,
+        "registered": f"{responding_command(node)} && ! {state_command(node, 'REBOOT')}"})
 
 
 def fail_command(node: str, commit: str | None, why: str) -> str:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from reconciler.common.failpoints import failpoint
 from reconciler.engine.context import Context
-from reconciler.engine.drain import NodeDrain, wait_until
-from reconciler.engine.followups import DrainSteps, FollowUp, waves
+from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_until
+from reconciler.engine.followups import FollowUp, waves
 from reconciler.engine.ops import RunCommand, WriteFile
 from reconciler.engine.owed_ledger import OwedLedger
 from reconciler.engine.plan import NEEDS_TEXT, Change, Plan
@@ -248,10 +248,11 @@ class Applier:
         busy = [n for n in nodes if n.jobs() != 0]
         for group in (busy, [n for n in nodes if n not in busy]):
             for node in group:
-                if not node.drained():
-                    if not self._step(node.steps.run_on, node.node, node.steps.drain, f"drain {node.node}"):
-                        self._resume_all(mine)
-                        return None
+                held = self._hold(node)
+                if held is None:
+                    self._resume_all(mine)
+                    return None
+                if held:
                     mine.append(node)
             left = [n for n in group if n.jobs() != 0]
             if left:
@@ -273,21 +274,28 @@ class Applier:
         for node in mine:
             self._resume(node)
 
-    def _resume(self, node: NodeDrain) -> None:
-        """Resume a drain made here. Right after a controller restart the node is not registered yet and Slurm
-        refuses the resume (22.05: "Invalid node state specified", yet clears the drain): tried again until it
-        works or the node is no longer drained, within responding_timeout."""
-        said = {"why": ""}
+    def _hold(self, node: NodeDrain) -> bool | None:
+        """Drain NODE unless someone did (engine/drain.py): True when drained here, None when the drain failed."""
+        try:
+            mine = node.hold()
+        except DrainFailed as exc:
+            self.result.fail(node.node, f"drain {node.node}: {exc}")
+            return None
+        if mine:
+            self.result.steps.append(f"{node.steps.run_on}: drain {node.node}")
+            self.log(f"{node.steps.run_on}: drain {node.node}")
+        return mine
 
-        def resumed() -> bool:
-            said["why"] = node.resume() or ""
-            return not said["why"] or not node.drained()
+    def _resume(self, node: NodeDrain) -> None:
+        """Resume a drain made here; a refused resume is tried again within responding_timeout (engine/drain.py:
+        right after a controller restart Slurm refuses it yet clears the drain)."""
         label = f"resume {node.node}"
-        if wait_until(resumed, self.options.responding_timeout, poll=self.options.poll_interval):
+        why = node.resume(self.options.responding_timeout)
+        if why is None:
             self.result.steps.append(f"{node.steps.run_on}: {label}")
             self.log(f"{node.steps.run_on}: {label}")
         else:
-            self.result.fail(node.node, f"{label}: {said['why']}")
+            self.result.fail(node.node, f"{label}: {why}")
 
     def _ready(self, step: FollowUp, label: str) -> bool:
         """Wait until the step's service answers (`ready`), or until `gone` says it never will; a failure
@@ -315,10 +323,10 @@ class Applier:
         drained_by_us = False
         node = self._drainer(step.node, step.drain) if step.drain is not None else None
         if node is not None and (node.jobs() or step.jobs):
-            if not node.drained():
-                if not self._step(node.steps.run_on, step.node, node.steps.drain, f"drain {step.node}"):
-                    return
-                drained_by_us = True
+            held = self._hold(node)
+            if held is None:
+                return
+            drained_by_us = held
             self.log(f"{step.node}: waiting for running jobs to finish before: {step.title()}")
             if not node.wait_jobs(self.options.drain_timeout):
                 if self.options.should_stop():

@@ -5,7 +5,8 @@ for the whole plan (a configuration change that needs a command on one node). Th
 them (one restart per node and service, whatever asked for it; a restart makes a reload of the same service
 unnecessary), orders them (after the phase of the last change that asked, then by `order`), shows them in
 plan, PR comment and crash journal, and runs them. It knows nothing of what a service is: draining a node
-before a rolling restart is a `DrainSteps` of shell commands that the driver that asked for it wrote.
+before a rolling restart is a `DrainSteps` (engine/drain.py) of shell commands that the driver that asked for it
+wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from reconciler.engine.drain import DrainSteps
 from reconciler.engine.nodesets import SHORT_CAP, cap_nodeset, fold_mentions, fold_names, node_key, nodes_phrase
 
 FollowUpKind = Literal["command", "reload", "restart", "start"]
@@ -23,17 +25,6 @@ FollowUpKind = Literal["command", "reload", "restart", "start"]
 # between and around these (drivers/step_order.py: the Slurm daemons' start-up order).
 ORDER_COMMAND = 10
 ORDER_SERVICE = 50
-
-
-class DrainSteps(BaseModel):
-    """Shell commands (on `run_on`) that take a node out of scheduling around a rolling restart."""
-
-    run_on: str = Field(description="Node whose shell runs these commands (the workload manager's controller)")
-    jobs: str = Field(description="Prints one line per job still running on the node; empty when none")
-    drained: str = Field(description="Exits 0 when the node is already drained (by anyone)")
-    drain: str = Field(description="Drains the node")
-    resume: str = Field(description="Resumes the node (only run when `drain` was run by us)")
-    ours: str | None = Field(default=None, description="Exits 0 when the node is drained with `drain`'s reason")
 
 
 class FollowUp(BaseModel):

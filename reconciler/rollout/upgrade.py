@@ -9,7 +9,7 @@ time; past `failure_budget` failed nodes no new node starts and every node the u
 before-image undo, then a reboot or reload again): `rolling-back` -> `rolled-back`, or `rollback-failed` (kept
 drained, the reason naming the step that failed; final: a human takes it from there, no later pass tries it again).
 
-The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `RebootSteps`
+The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `DrainSteps`
 data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (reconciler/rollout/
 upgrade_hooks.py for the real engine and gates).
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 from reconciler.common.failpoints import failpoint
 from reconciler.desired.inventory import NodeSpec
-from reconciler.engine.drain import NodeDrain, wait_until
-from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_until
+from reconciler.engine.upgrade_steps import ReloadSteps
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.journal import FINAL, STATES, Journal, NodeEntry, NodeWork, RolloutJournal, UpgradeRecord
@@ -52,7 +52,7 @@ class Prepared:
 class Hooks:
     """What the machine asks its caller for, per node."""
 
-    steps: Callable[[str], RebootSteps]
+    steps: Callable[[str], DrainSteps]  # with their reboot part (engine/drain.py)
     reload: Callable[[str], ReloadSteps]
     prepare: Callable[[str], Prepared]
     validate: Callable[[str], str | None]  # while the node is still drained: None when it passed, else why
@@ -152,16 +152,19 @@ class UpgradeMachine:
         return wait_until(done, seconds, self.should_stop, self.poll)
 
     def _drainer(self, node: str) -> NodeDrain:
-        """NODE's drain, jobs and resume (engine/drain.py: the one drain-and-wait, the apply's too)."""
-        return NodeDrain(node, self.hooks.steps(node).drain_steps(), self._sh, self.poll, self.should_stop)
+        """NODE's drain, jobs and resume (engine/drain.py: the one drain-wait-resume, the apply's too)."""
+        return NodeDrain(node, self.hooks.steps(node), self._sh, self.poll, self.should_stop)
 
-    def _drain(self, drain: NodeDrain, what: str) -> None:
-        why = drain.drain()
-        if why is not None:
-            raise NodeFailed(f"{what}: {why}")
+    @staticmethod
+    def _hold(drain: NodeDrain, what: str) -> bool:
+        """Drain unless drained (by anyone): True when drained here; NodeFailed when the drain failed."""
+        try:
+            return drain.hold()
+        except DrainFailed as exc:
+            raise NodeFailed(f"{what}: {exc}") from None
 
     def _boot_id(self, node: str) -> str | None:
-        result = self.transport.run(self.specs[node], self.hooks.steps(node).boot_id, timeout=30)
+        result = self.transport.run(self.specs[node], self.hooks.steps(node).part("boot_id"), timeout=30)
         if result.error is not None:  # a node rebooting: connect afresh next time, not the remembered failure
             self._forget(node)
         return result.stdout.strip() if result.ok and result.stdout.strip() else None
@@ -254,11 +257,10 @@ class UpgradeMachine:
             if state == S.REQUIRED:
                 self._set(node, S.DRAINING)
             elif state == S.DRAINING:
-                if not drain.ours():
-                    if drain.drained():  # an admin's drain: not ours to lift, so not ours to use
-                        self._set(node, S.REQUIRED, reason="drained by someone else: not upgraded")
-                        return
-                    self._drain(drain, "drain")
+                # an admin's drain: not ours to lift, so not ours to use
+                if not drain.ours() and not self._hold(drain, "drain"):
+                    self._set(node, S.REQUIRED, reason="drained by someone else: not upgraded")
+                    return
                 self._set(node, S.WAITING_FOR_JOBS)
             elif state == S.WAITING_FOR_JOBS:
                 self._wait_jobs(node)
@@ -314,7 +316,7 @@ class UpgradeMachine:
         else:  # nothing was left to apply and nothing recorded: the node already has the desired state
             self._set(node, S.VALIDATING)
 
-    def _reboot(self, node: str, steps: RebootSteps) -> None:
+    def _reboot(self, node: str, steps: DrainSteps) -> None:
         """Ask for the reboot unless it happened or is under way, then wait (bounded) for a new boot id and the
         node's daemon registered again."""
         old = self.nodes[node].boot_id
@@ -324,40 +326,38 @@ class UpgradeMachine:
                 raise NodeFailed("cannot read the boot id before the reboot")
             self._note(node, boot_id=old)
         now = self._boot_id(node)
-        if now == old and not self._sh(steps.run_on, steps.pending)[0]:
-            self._must(steps.run_on, steps.reboot, "reboot")
+        if now == old and not self._sh(steps.run_on, steps.part("pending"))[0]:
+            self._must(steps.run_on, steps.part("reboot"), "reboot")
         failpoint("upgrade.reboot-issued")
 
         def back() -> bool:
             current = self._boot_id(node)
-            return current is not None and current != old and self._sh(steps.run_on, steps.registered)[0]
+            return current is not None and current != old and self._sh(steps.run_on, steps.part("registered"))[0]
         if not self._wait(back, parse_duration(self.config.reboot_timeout)) and not self.should_stop():
             raise NodeFailed(f"not back within reboot_timeout {self.config.reboot_timeout} "
                              "(new boot id and registered)")
 
-    def _reload(self, node: str, steps: RebootSteps) -> None:
+    def _reload(self, node: str, steps: DrainSteps) -> None:
         """Reload the node's driver stack, then wait (bounded by reboot_timeout) for its daemon registered again: a
         reload that stops and starts slurmd leaves the node NOT_RESPONDING until slurmd registers, and a gate run
         before that fails a healthy node (seen on the testbed, 22.05)."""
         for command in self.hooks.reload(node).commands:
             self._must(node, command, "driver reload")
-        if not self._wait(lambda: self._sh(steps.run_on, steps.registered)[0],
+        if not self._wait(lambda: self._sh(steps.run_on, steps.part("registered"))[0],
                           parse_duration(self.config.reboot_timeout)) and not self.should_stop():
             raise NodeFailed(f"not registered again within reboot_timeout {self.config.reboot_timeout} "
                              "after the driver reload")
 
-    def _keep_drained(self, node: str, steps: RebootSteps) -> None:
+    def _keep_drained(self, node: str, steps: DrainSteps) -> None:
         """Slurm 22.05 may bring a node back from a slow reboot IDLE, its drain gone (seen on the testbed after
         83 s): drain it again and let what landed on it end, so the gates see a drained node and the resume stays
         ours."""
-        drain = self._drainer(node)
-        if drain.drained():  # ours still, or an admin's (never lifted by us)
+        if not self._hold(self._drainer(node), "drain again after the reboot"):  # ours still, or an admin's
             return
-        self._drain(drain, "drain again after the reboot")
         self.log(f"upgrade: {node}: back from the reboot without its drain: drained again")
         self._wait_jobs(node)
 
-    def _validate(self, node: str, steps: RebootSteps) -> None:
+    def _validate(self, node: str, steps: DrainSteps) -> None:
         """What a boot lost put back (mounts), the gates while drained; resume (only our own drain: once); the
         gates that need a resumed node."""
         why = self.hooks.converge(node) or self.hooks.validate(node)
@@ -412,9 +412,7 @@ class UpgradeMachine:
                 self._set(node, S.ROLLING_BACK, boot_id=None)
             if self.nodes[node].boot_id is None:
                 # a node that passed was resumed and may run jobs again: out of scheduling and idle first
-                drain = self._drainer(node)
-                if not drain.drained():
-                    self._drain(drain, "drain")
+                self._hold(self._drainer(node), "drain")
                 self._wait_jobs(node)
                 if self.should_stop():
                     raise NodeFailed("stopped while waiting for its jobs (the rollback goes on at the next start)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from reconciler.engine.upgrade_steps import RebootSteps
+from reconciler.engine.drain import DrainSteps
 from reconciler.rollout.upgrade import Hooks
 from tests.ha.local_shell import LocalShell
 from tests.rollout.upgrade_sim import NEW, FileJournal, Sim
@@ -16,12 +16,12 @@ from tests.rollout.upgrade_sim import NEW, FileJournal, Sim
 class DrainLosingSim(Sim):
     """The boot clears the node's drain, and a job lands on it that ends 0.5 s later (STAND-IN for Slurm)."""
 
-    def steps(self, node: str) -> RebootSteps:
+    def steps(self, node: str) -> DrainSteps:
         """Sim's steps, the boot losing the drain and taking a job."""
         steps = super().steps(node)
         d = shlex.quote(str(self.dir(node)))
         lose = f"rm -f {d}/drained; echo 1001 > {d}/jobs; (sleep 0.5; : > {d}/jobs) &"
-        return steps.model_copy(update={"reboot": steps.reboot.replace("rm -f", f"{lose} rm -f", 1)})
+        return steps.model_copy(update={"reboot": steps.part("reboot").replace("rm -f", f"{lose} rm -f", 1)})
 
     def hooks(self, transport: LocalShell) -> Hooks:
         """Sim's hooks; the validation also notes whether the node was drained and idle when gated."""

@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from reconciler.engine.upgrade_steps import RebootSteps, ReloadSteps
+from reconciler.engine.drain import DrainSteps
+from reconciler.engine.upgrade_steps import ReloadSteps
 from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.journal import RolloutJournal, decode, encode
 from reconciler.rollout.upgrade import Hooks, Prepared, UpgradeMachine
@@ -79,12 +80,12 @@ class Sim:
         """Lines of NODE's counter file NAME (reboots, resumes)."""
         return len(self.read(node, name).splitlines())
 
-    def steps(self, node: str) -> RebootSteps:
-        """The stand-in's RebootSteps for NODE."""
+    def steps(self, node: str) -> DrainSteps:
+        """The stand-in's drain and reboot steps for NODE."""
         d = shlex.quote(str(self.dir(node)))
         boot = (f"cp {d}/version {d}/loaded; cat /proc/sys/kernel/random/uuid > {d}/boot_id.tmp; "
                 f"mv {d}/boot_id.tmp {d}/boot_id; rm -f {d}/pending")
-        return RebootSteps(
+        return DrainSteps(
             run_on="ctl", drained=f"test -s {d}/drained", ours=f"grep -q '^reconciler: upgrade' {d}/drained",
             drain=f"echo {shlex.quote(REASON)} > {d}/drained", jobs=f"cat {d}/jobs",
             reboot=f"echo r >> {d}/reboots; touch {d}/pending; (sleep 0.3; {boot}) >/dev/null 2>&1 &",
