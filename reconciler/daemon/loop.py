@@ -150,9 +150,11 @@ class Reconciler:
             force, trigger = True, "takeover"
         try:
             journal = MirroredJournal(self.store, self.role.ha).load()
-        except JournalRefused as exc:  # neither resumed nor overwritten by a new rollout: the message says what to do
+        except JournalRefused as exc:  # the message says what to do
             self.log.error("rollout.journal_refused", error=str(exc))
-            return None
+            if self.mode == "enforce":  # neither resumed nor overwritten by a new rollout; report mode never applies
+                return None
+            journal = None
         if journal is not None and self.mode == "enforce":
             return self.apply.recover(journal)
         if self.config.cluster is not None:  # promotion.yaml may hold the commit back (loop_promotion.py)

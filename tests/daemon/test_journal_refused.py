@@ -21,26 +21,44 @@ REPO = Path(__file__).resolve().parents[2]
 V1 = REPO / "tests" / "rollout" / "fixtures" / "journal_v1_upgrade.json"
 
 
+def daemon(tmp_path: Path, mode: str, journal: dict[str, Any]) -> tuple[Reconciler, Store, Path]:
+    """A daemon on the repository's desired state whose state database holds JOURNAL; its store and db path."""
+    config = DaemonConfig.model_validate({"watch": str(REPO / "desired-state"), "mode": mode,
+                                          "metrics_listen": None, "state_dir": str(tmp_path / "state")})
+    config.state_path.mkdir(parents=True)
+    store = Store(config.state_path / "state.db")
+    store.set(JOURNAL_KEY, journal)
+    return Reconciler(config, store, Metrics(), threading.Event(), config_dir=tmp_path), store, store.path
+
+
 @pytest.mark.parametrize("journal,said", [
     ({**json.loads(V1.read_text()), "version": 7}, "version 7, written by a newer reconciler"),
     ({**json.loads(V1.read_text()), "phase": "teleporting"}, "phase: Input should be"),
 ], ids=["newer", "garbled"])
 def test_a_journal_it_cannot_read_stops_the_daemon_from_acting_and_stays(tmp_path: Path, journal: dict[str, Any],
                                                                       said: str) -> None:
-    config = DaemonConfig.model_validate({"watch": str(REPO / "desired-state"), "mode": "enforce",
-                                          "metrics_listen": None, "state_dir": str(tmp_path / "state")})
-    config.state_path.mkdir(parents=True)
-    store = Store(config.state_path / "state.db")
-    store.set(JOURNAL_KEY, journal)
-    rec = Reconciler(config, store, Metrics(), threading.Event(), config_dir=tmp_path)
+    rec, store, db = daemon(tmp_path, "enforce", journal)
     with capture_logs() as logs:
         assert rec.cycle("start") is None
     refused = [e for e in logs if e["event"] == "rollout.journal_refused"]
     assert len(refused) == 1 and refused[0]["log_level"] == "error", logs
     message = refused[0]["error"]
-    assert message.startswith(f"{config.state_path / 'state.db'} (meta row 'rollout_journal'): the rollout journal")
+    assert message.startswith(f"{db} (meta row 'rollout_journal'): the rollout journal")
     assert said in message and "Traceback" not in message
     assert not [e for e in logs if e.get("exc_info") or e["log_level"] == "exception"], logs
     assert store.get(JOURNAL_KEY) == journal  # nothing changed
     assert store.last_run() is None  # no run: neither a recovery nor an apply
+    store.close()
+
+
+def test_in_report_mode_it_goes_on_reporting_and_leaves_the_journal(tmp_path: Path) -> None:
+    """Report mode never applies, so it never overwrites the journal: the cycle still plans and records its run."""
+    journal = {**json.loads(V1.read_text()), "version": 7}
+    rec, store, _ = daemon(tmp_path, "report", journal)
+    with capture_logs() as logs:
+        rec.cycle("start")
+    assert [e["event"] for e in logs][:2] == ["rollout.journal_refused", "run.start"], logs
+    run = store.last_run()
+    assert run is not None and run.mode == "report" and run.applied == 0
+    assert store.get(JOURNAL_KEY) == journal
     store.close()
