@@ -212,7 +212,7 @@ def encode(journal: RolloutJournal) -> dict[str, Any]:
     """The journal as JSON data, to store."""
     data = journal.model_dump(mode="json")
     for key in _ONLY_WHEN_SET:
-        if not data[key]:
+        if data[key] is None or data[key] is False:
             del data[key]
     for work in (data.get("upgrade") or {}).get("work", {}).values():
         if not work["failed"]:

@@ -105,6 +105,8 @@ def test_empty_parts_are_left_out_as_before_the_version() -> None:
     stored = encode(RolloutJournal(commit="c", waves={"waves": []}))
     assert set(stored) == {"version", "commit", "previous", "waves", "wave", "phase", "timeline", "started",
                            "before"}
+    # an apply with no follow-ups journals an empty list (then drops it): kept as it was written
+    assert encode(RolloutJournal(commit="c", pending_followups=[]))["pending_followups"] == []
 
 
 # ---------------------------------------------------------------- version 1: journals written before the version
