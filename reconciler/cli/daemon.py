@@ -15,7 +15,7 @@ from reconciler.cli.support import exit_with_errors
 from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.config import DaemonConfig, load_config
 from reconciler.desired.loader import DesiredStateError
-from reconciler.rollout.journal import glance
+from reconciler.rollout.journal import glance, refusal
 from reconciler.rollout.rollback_text import FIRST_COMMIT, restore_headline, rollback_lines
 
 DEFAULT_CONFIG = "/etc/reconciler/config.yaml"
@@ -159,7 +159,7 @@ def _open_store(path: Path) -> Any:
 
 def status_data(state_dir: Path) -> dict[str, Any]:
     """Everything `reconciler status` shows, as a dict."""
-    from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY
+    from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY, journal_where
     from reconciler.ha.role import HA_KEY
 
     if not (state_dir / "state.db").exists():
@@ -190,6 +190,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
         store.close()
     data["upgrade"] = upgrade_view.status_json(data["rollout_in_flight"], data["last_rollout"],
                                                drained=data["drained_nodes"])
+    data["rollout_journal_refused"] = refusal(data["rollout_in_flight"], journal_where(state_dir / "state.db"))
     return data
 
 
@@ -259,6 +260,8 @@ def rollout_lines(data: dict[str, Any]) -> list[str]:
         out.append(f"rollout:        {str(flight.commit)[:12]} wave {index + 1} of {len(sets)} "
                    f"({flight.phase}) on {sets[index] if index < len(sets) and sets[index] is not None else '?'}")
         out += upgrade_view.status_lines(data.get("rollout_in_flight"), None)
+    if data.get("rollout_journal_refused"):  # no rollout resumed or started until a human decides
+        out.append(f"rollout journal REFUSED: {data['rollout_journal_refused']}")
     last = data.get("last_rollout")
     if last:
         out.append(f"last rollout:   {str(last.get('commit'))[:12]} {last.get('status')}: {last.get('reason')}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.daemon.store import JOURNAL_KEY, Store
+from reconciler.daemon.store import JOURNAL_KEY, Store, journal_where
 from reconciler.rollout.journal import RolloutJournal, decode, encode
 from reconciler.rollout.rollback_text import restore_headline
 from reconciler.rollout.runner import RolloutResult
@@ -27,7 +27,7 @@ class StoreJournal:
     def load(self) -> RolloutJournal | None:
         """The rollout in flight, if a process left one (JournalRefused: one this reconciler cannot read)."""
         value = self.store.get(JOURNAL_KEY)
-        return None if value is None else decode(value, f"{self.store.path} (meta row {JOURNAL_KEY!r})")
+        return None if value is None else decode(value, journal_where(self.store.path))
 
     def clear(self) -> None:
         """The rollout ended (complete or rolled back)."""

@@ -81,6 +81,11 @@ MAX_DIFF = 64 * 1024  # characters of a drift diff kept for the status page
 RUN_COLUMNS = "run_id, trigger, mode, commit_sha, subject, started, ended, outcome, changes, applied, nodes, error"
 
 
+def journal_where(db: Path) -> str:
+    """Where the daemon keeps the rollout journal, as a refusal of it names it."""
+    return f"{db} (meta row {JOURNAL_KEY!r})"
+
+
 @dataclass
 class RunRecord:
     """One reconcile run as stored."""

@@ -241,6 +241,16 @@ def decode(data: Any, where: str) -> RolloutJournal:
         raise JournalRefused(f"{where}: the rollout journal does not parse ({problems}); " + _WHAT_TO_DO) from None
 
 
+def refusal(data: Any, where: str) -> str | None:
+    """Why the stored journal DATA (at WHERE) is refused, for status; None when it reads or there is none."""
+    try:
+        if data is not None:
+            decode(data, where)
+    except JournalRefused as exc:
+        return str(exc)
+    return None
+
+
 _CLEAR = ("look at the nodes it names (drains, reboots under way) and remove it by hand (for the daemon: the "
           "`rollout_journal` row of the state database's `meta` table) before starting again")
 _WHAT_TO_DO = "nothing was resumed or changed: " + _CLEAR

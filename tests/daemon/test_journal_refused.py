@@ -5,6 +5,8 @@ database: one error event naming the file and what to do, no traceback, no run, 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ from structlog.testing import capture_logs
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.store import JOURNAL_KEY, Store
+from reconciler.daemon.store import JOURNAL_KEY, Store, journal_where
+from reconciler.rollout.journal import refusal
 
 REPO = Path(__file__).resolve().parents[2]
 V1 = REPO / "tests" / "rollout" / "fixtures" / "journal_v1_upgrade.json"
@@ -62,3 +65,29 @@ def test_in_report_mode_it_goes_on_reporting_and_leaves_the_journal(tmp_path: Pa
     assert run is not None and run.mode == "report" and run.applied == 0
     assert store.get(JOURNAL_KEY) == journal
     store.close()
+
+
+def test_status_says_the_journal_is_refused_and_why(tmp_path: Path) -> None:
+    """`reconciler status` (text and JSON) names the refusal, exits 0, no traceback; an unversioned one is not."""
+    state = tmp_path / "state"
+    state.mkdir()
+    store = Store(state / "state.db")
+    newer = {**json.loads(V1.read_text()), "version": 7}
+    store.set(JOURNAL_KEY, newer)
+    store.close()
+
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(state), *args],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+    text, js = status(), status("--format", "json")
+    assert text.returncode == js.returncode == 0 and "Traceback" not in text.stderr + js.stderr, text.stderr
+    refused = [line for line in text.stdout.splitlines() if line.startswith("rollout journal REFUSED: ")]
+    expected = refusal(newer, journal_where(state / "state.db"))  # what the daemon logs
+    assert expected is not None and "written by a newer reconciler" in expected
+    assert refused == [f"rollout journal REFUSED: {expected}"], text.stdout
+    assert json.loads(js.stdout)["rollout_journal_refused"] == refused[0].removeprefix("rollout journal REFUSED: ")
+    store = Store(state / "state.db")
+    store.set(JOURNAL_KEY, json.loads(V1.read_text()))
+    store.close()
+    assert "REFUSED" not in status().stdout and json.loads(status("--format", "json").stdout)[
+        "rollout_journal_refused"] is None
