@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired.loader import DesiredStateError, load_dir
+from reconciler.desired.loader import MERGEABLE_LISTS, DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.phases import PHASES
 from reconciler.engine.context import Context
@@ -77,6 +77,10 @@ def test_a_bad_entry_is_a_schema_error_at_its_line(tmp_path: Path) -> None:
     assert any(e.startswith("files.yaml:2:") and "motd[0].roles[0]" in e for e in errors), errors
     assert any(e.startswith("files.yaml:3:") and "motd[1].content: required key is missing" in e
                for e in errors), errors
+
+
+def test_the_loaders_mergeable_lists_are_the_models_top_level_lists() -> None:
+    assert MERGEABLE_LISTS == ("nodes", "images", "patches", "files", "services", "packages", "motd")
 
 
 def test_motd_entries_may_be_split_over_files_and_plan_per_node(tmp_path: Path) -> None:
