@@ -240,6 +240,21 @@ def test_the_engine_knows_no_slurm() -> None:
     assert slurm_imports("engine") == []
 
 
+def test_the_rollout_knows_no_slurm() -> None:
+    """What the rollout needs of Slurm, the drivers and the checks comes through engine/workload.py (RolloutSite,
+    passed in by the CLI and the daemon: checks/rollout_site.py): reconciler/rollout imports nothing from drivers/
+    or checks/ and no module or name that says slurm."""
+    found = slurm_imports("rollout")
+    for path in python_files("reconciler/rollout"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(REPO)}: {m}" for m in modules
+                      if m.split(".")[:2] in (["reconciler", "drivers"], ["reconciler", "checks"])
+                      or m.split(".")[0] in ("drivers", "checks")]
+    assert found == [], found
+
+
 def test_no_driver_changes_the_plan_in_place() -> None:
     """A driver's review returns edits (engine/review.py) and its followups return steps: no driver writes the
     plan's changes, warnings, errors or follow-ups itself."""

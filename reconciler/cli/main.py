@@ -189,9 +189,10 @@ def plan(directory: str, fmt: str, limit: str | None, node: str | None, per_node
         result = run.plan()
     finally:
         run.close()
+    from reconciler.drivers.slurm_workload import SlurmWorkload
     from reconciler.rollout.preview import annotate
 
-    annotate(run.ctx, result)
+    annotate(run.ctx, result, SlurmWorkload())
     if fmt == "json":
         click.echo(render_json(result, per_node=per_node), nl=False)
     elif fmt == "markdown":
@@ -231,6 +232,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
     """Show the plan, ask, then apply it, wave by wave as the desired state's `rollout:` says (each wave gated;
     a failed gate rolls back to --previous). Exit 0 when everything applied, 1 on any failure, rollback or
     unreachable node (the reachable nodes are still applied), 2 when changes were held (see --allow)."""
+    from reconciler.drivers.slurm_workload import SlurmWorkload
     from reconciler.engine.apply import ApplyOptions
     from reconciler.engine.report import render_text
     from reconciler.rollout.preview import annotate
@@ -248,7 +250,7 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
         result = run.plan()
         if waves_mode == "all":
             run.ctx.state.rollout.waves = "all"
-        waves = annotate(run.ctx, result)
+        waves = annotate(run.ctx, result, SlurmWorkload())
         click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
         if not result.has_changes:
             sys.exit(1 if result.errors or result.unreachable else 0)
@@ -289,12 +291,13 @@ def _report_held(held: list[Any]) -> None:
 
 def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     """`apply` with waves and gates (reconciler/rollout); prints the timeline and exits."""
+    from reconciler.checks.rollout_site import slurm_site
     from reconciler.cli.daemon import timeline_lines
     from reconciler.rollout.journal import MemoryJournal
     from reconciler.rollout.rollback_text import rollback_lines
     from reconciler.rollout.runner import RolloutRunner
 
-    runner = RolloutRunner(run.ctx.loaded, old, run.transport, options, MemoryJournal(),
+    runner = RolloutRunner(run.ctx.loaded, old, run.transport, options, MemoryJournal(), slurm_site(),
                            log=lambda line: click.echo(f"  {line}"))
     outcome = runner.run(plan)  # the caller closes the transport
     click.echo(f"\nrollout {outcome.status}: {outcome.reason}")

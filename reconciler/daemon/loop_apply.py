@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.checks.rollout_site import slurm_site
 from reconciler.common import clock
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.leadership import MirroredJournal, fenced, mirror
@@ -113,7 +114,7 @@ class Applying:
 
     def _runner(self, target: Target, previous: Target | None, transport: Any, log: Any) -> RolloutRunner:
         return RolloutRunner(target.loaded, previous.loaded if previous else None, transport, self.options(),
-                             MirroredJournal(self.common.store, self.role.ha),
+                             MirroredJournal(self.common.store, self.role.ha), slurm_site(),
                              log=lambda line: log.info("rollout.step", step=line),
                              on_event=lambda kind, data: self.rollout_event(kind, data, target))
 

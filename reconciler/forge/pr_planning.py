@@ -133,9 +133,10 @@ def plan_pull_request(loaded: LoadedState, facts: ClusterFacts, main_plan: Plan,
     drift_keys = {drift_key(c) for c in main_plan.changing()}
     for change in plan.changing():
         change.drift = drift_key(change) in drift_keys
+    from reconciler.drivers.slurm_workload import SlurmWorkload
     from reconciler.rollout.preview import annotate
 
-    annotate(ctx, plan)  # the waves merging it would go out in
+    annotate(ctx, plan, SlurmWorkload())  # the waves merging it would go out in
     return plan
 
 

@@ -1,17 +1,17 @@
 """The waves a plan would go out in, from the facts the plan already gathered: what `plan`, the PR comment and
 `apply`'s preview show. Kept apart from the runner so that a plan does not import the gates, the checks and the
-upgrade machine it never runs (~40 ms of every cold `reconciler plan`)."""
+upgrade machine it never runs (~40 ms of every cold `reconciler plan`). The workload manager's view comes through
+its interface (engine/workload.py), passed in by the caller."""
 
 from __future__ import annotations
 
-from reconciler.checks.slurm_view import SlurmView
-from reconciler.desired.inventory import slurm_nodes
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
+from reconciler.engine.workload import NodesView, WorkloadManager
 from reconciler.rollout.waves import WavePlan, plan_waves
 
 
-def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
+def bootstrap_reason(before: NodesView, slurm: list[str]) -> str | None:
     """Why nothing can be gated: Slurm does not answer, or none of its nodes responds (a cluster being built)."""
     if before.error:
         return f"bootstrap: Slurm does not answer before the apply ({before.error.splitlines()[0][:120]})"
@@ -20,18 +20,18 @@ def bootstrap_reason(before: SlurmView, slurm: list[str]) -> str | None:
     return None
 
 
-def plan_rollout(ctx: Context, plan: Plan) -> WavePlan:
+def plan_rollout(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     """The waves PLAN would go out in, from the facts already gathered (Slurm's view included): no round trip."""
     state = ctx.state
-    view = SlurmView(nodes=dict(ctx.facts.slurm_nodes), error=ctx.facts.slurm_view_error)
-    slurm = slurm_nodes(state)
+    view = workload.planned_view(ctx.facts)
+    slurm = workload.scheduled(state)
     return plan_waves(plan, state.rollout, list(ctx.specs), slurm, has_node_checks=bool(state.checks.node),
                       bootstrap=bootstrap_reason(view, slurm))
 
 
-def annotate(ctx: Context, plan: Plan) -> WavePlan:
+def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     """Attach the waves to the plan (`Plan.rollout`), for the text and JSON plans and the PR comment."""
-    waves = plan_rollout(ctx, plan)
+    waves = plan_rollout(ctx, plan, workload)
     plan.rollout = {**waves.as_dict(), "lines": waves.lines()}
     upgrade = ctx.state.rollout.upgrade
     if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)

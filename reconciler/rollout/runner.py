@@ -7,7 +7,8 @@ drains Slurm set because of the bad commit (Prolog/Epilog errors during the roll
 set itself, never anyone else's. With no previous state (`reconciler apply` without --previous, a first commit)
 the reached nodes get back the before-images the waves' plans read (reconciler/engine/restore.py) instead. Every
 step is written to a journal first, so a killed process can finish or roll back what it was doing on its next
-start (`resume`).
+start (`resume`). What it needs of the cluster (the drivers, the workload manager, the gates, the upgrade machine's
+hooks) its callers pass in (`RolloutSite`, engine/workload.py): nothing here imports a driver, a check or Slurm.
 """
 
 from __future__ import annotations
@@ -17,14 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from reconciler.checks.slurm_view import SlurmView
 from reconciler.common import hostlist
 from reconciler.common.failpoints import failpoint
-from reconciler.desired.inventory import node_specs, slurm_nodes
+from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import LoadedState
-from reconciler.drivers import all_drivers
-from reconciler.drivers.node_state import ours, resume_command
-from reconciler.drivers.slurm_reboot import UPGRADE_PREFIX
 from reconciler.engine.apply import ApplyOptions, ApplyResult
 from reconciler.engine.before_image import BeforeImage, capture
 from reconciler.engine.followups import FollowUp
@@ -32,11 +29,10 @@ from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
-from reconciler.rollout.gates import GateResult, Gates, gate_timeout, new_drains, script_drain
+from reconciler.engine.workload import GateResult, NodesView, RolloutSite, WorkloadManager, new_drains
 from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefore, SeenNode
 from reconciler.rollout.preview import bootstrap_reason
 from reconciler.rollout.upgrade import UpgradeMachine
-from reconciler.rollout.upgrade_hooks import RealHooks
 from reconciler.rollout.waves import WavePlan, plan_waves
 from reconciler.transport.base import Transport
 
@@ -85,11 +81,13 @@ class RolloutRunner:
     """One commit's rollout over a transport the caller owns (never closed here)."""
 
     def __init__(self, new: LoadedState, old: LoadedState | None, transport: Transport, options: ApplyOptions,
-                 journal: Journal, log: Log = lambda _: None,
+                 journal: Journal, site: RolloutSite, log: Log = lambda _: None,
                  on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None) -> None:
         self.new, self.old, self.transport, self.options = new, old, transport, options
         self.journal, self.log, self.on_event = journal, log, on_event
-        self.gates = Gates(new, transport, gate_timeout(new.state), options.should_stop, log)
+        # what the rollout needs of the cluster (drivers, workload manager, gates, upgrade hooks): its callers' word
+        self.site, self.workload = site, site.workload
+        self.gates = site.gates(new, transport, options.should_stop, log)
         self.pending: list[FollowUp] = []  # follow-ups a killed process journaled and did not run
         # rollout.upgrade: changes needing a reboot/driver reload are held by the waves' apply and go through the
         # upgrade machine node by node (reconciler/rollout/upgrade.py) instead of being reported held
@@ -98,12 +96,12 @@ class RolloutRunner:
 
     # ------------------------------------------------------------ planning
 
-    def waves(self, plan: Plan, before: SlurmView) -> WavePlan:
+    def waves(self, plan: Plan, before: NodesView) -> WavePlan:
         """The waves of PLAN (one ungated wave while Slurm is being built)."""
         state = self.new.state
-        slurm = slurm_nodes(state)
-        return plan_waves(plan, state.rollout, list(self.gates_order()), slurm,
-                          has_node_checks=bool(state.checks.node), bootstrap=bootstrap_reason(before, slurm))
+        scheduled = self.workload.scheduled(state)
+        return plan_waves(plan, state.rollout, list(self.gates_order()), scheduled,
+                          has_node_checks=bool(state.checks.node), bootstrap=bootstrap_reason(before, scheduled))
 
     def gates_order(self) -> list[str]:
         """Inventory order of the new state's nodes."""
@@ -126,7 +124,7 @@ class RolloutRunner:
     def resume(self, record: RolloutJournal) -> RolloutResult:
         """Finish or roll back a rollout a killed process left in RECORD (the journal)."""
         waves = record.wave_plan()
-        before = _view_load(record.before)
+        before = _view_load(record.before, self.workload)
         self.pending = list(record.pending_followups or [])
         self.log(f"rollout: resuming {record.phase.value} of wave {record.wave + 1} "
                  f"of commit {str(record.commit)[:12]} after a restart")
@@ -135,7 +133,7 @@ class RolloutRunner:
             return self._roll_back(record, waves, before, record.failed_wave or 1, failed)
         return self._from(record, waves, before, record.wave)
 
-    def _from(self, record: RolloutJournal, waves: WavePlan, before: SlurmView, start: int) -> RolloutResult:
+    def _from(self, record: RolloutJournal, waves: WavePlan, before: NodesView, start: int) -> RolloutResult:
         result = RolloutResult("complete", self.new.commit, record.previous, waves, timeline=list(record.timeline))
         for index in range(start, len(waves.waves)):
             wave = waves.waves[index]
@@ -219,7 +217,7 @@ class RolloutRunner:
         after the files are written must still run the restarts they asked for)."""
         if not nodes:  # an empty limit would mean every node
             return ApplyResult()
-        run = open_reconcile(loaded, all_drivers(), limit=hostlist.compress(nodes), transport=self.transport)
+        run = open_reconcile(loaded, self.site.drivers, limit=hostlist.compress(nodes), transport=self.transport)
         run.gather()
         plan = run.plan()
         carry_over(run.ctx, plan, self.pending)
@@ -248,7 +246,7 @@ class RolloutRunner:
 
     def _machine(self, record: RolloutJournal) -> UpgradeMachine:
         assert self.upgrade is not None
-        hooks = RealHooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log).hooks()
+        hooks = self.site.hooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log)
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
                               record, self.log, self.options.should_stop, self.options.poll_interval)
 
@@ -274,7 +272,7 @@ class RolloutRunner:
 
     # ------------------------------------------------------------ rolling back
 
-    def _roll_back(self, record: RolloutJournal, waves: WavePlan, before: SlurmView, failed_wave: int,
+    def _roll_back(self, record: RolloutJournal, waves: WavePlan, before: NodesView, failed_wave: int,
                    gate: dict[str, Any], result: RolloutResult | None = None) -> RolloutResult:
         """Put every node the commit reached back on the previous state, then resume the drains it caused."""
         result = result or RolloutResult("rolled-back", self.new.commit, record.previous, waves,
@@ -309,7 +307,7 @@ class RolloutRunner:
         self.on_event("rolled-back", result.as_dict())
         return result
 
-    def _restore(self, record: RolloutJournal, reached: list[str], before: SlurmView, gate: dict[str, Any],
+    def _restore(self, record: RolloutJournal, reached: list[str], before: NodesView, gate: dict[str, Any],
                  result: RolloutResult, started: float, upgrade_errors: list[str]) -> RolloutResult:
         """No previous commit: put what the commit changed on REACHED back to the before-images its plans read
         (reconciler/engine/restore.py), then resume the drains it caused; the record says what was restored."""
@@ -322,7 +320,7 @@ class RolloutRunner:
         again = record.restoring
         record.restoring = True
         self.journal.save(record)
-        run = open_reconcile(self.new, all_drivers(), limit=nodes, transport=self.transport)
+        run = open_reconcile(self.new, self.site.drivers, limit=nodes, transport=self.transport)
         run.gather()
         report = restore(run.ctx, image, self.transport, self.options, self.log)
         failpoint("rollback.after-apply")
@@ -340,7 +338,7 @@ class RolloutRunner:
         self.on_event("rolled-back", result.as_dict())
         return result
 
-    def _resume_drains(self, nodes: list[str], before: SlurmView, gate: dict[str, Any]) -> list[str]:
+    def _resume_drains(self, nodes: list[str], before: NodesView, gate: dict[str, Any]) -> list[str]:
         """Resume the nodes the bad commit got drained: by Slurm for a prolog/epilog error, or by us; never
         a drain that was there before the rollout or that anyone else set. Slurm records a failed job's drains
         node by node, so a pass that resumed some looks again after LATE_DRAINS seconds for ones set since."""
@@ -353,28 +351,25 @@ class RolloutRunner:
                 self.log(f"rollout: cannot read Slurm's view to resume drains: {now.error}")
                 return resumed
             found = [(n, r) for n, r in sorted(new_drains(before, now, nodes).items())
-                     if n not in resumed and (script_drain(r) or ours(r)) and not r.startswith(UPGRADE_PREFIX)]
+                     if n not in resumed and self.workload.resumable(r)]
             if not found:
                 return resumed
             for node, reason in found:
-                result = self.transport.run(self.gates.controller, resume_command(node))
-                if result.ok:
+                why = self.workload.resume(self.transport, self.new.state, node)
+                if why is None:
                     resumed.append(node)
                     self.log(f"rollout: resumed {node} (drained during the rollout: {reason})")
                 else:
-                    self.log(f"rollout: could not resume {node}: {result.error or result.stderr.strip()}")
+                    self.log(f"rollout: could not resume {node}: {why}")
         return resumed
 
 
-def _view_dump(view: SlurmView) -> SeenBefore:
+def _view_dump(view: NodesView) -> SeenBefore:
     """The node states and reasons of a view, for the journal (what was drained before the rollout)."""
     return SeenBefore(error=view.error,
                       nodes={n: SeenNode(state=f.state, reason=f.reason) for n, f in view.nodes.items()})
 
 
-def _view_load(seen: SeenBefore) -> SlurmView:
-    """The inverse of _view_dump."""
-    from reconciler.facts.models import SlurmNodeFact
-
-    nodes = {n: SlurmNodeFact(name=n, state=v.state, reason=v.reason) for n, v in seen.nodes.items()}
-    return SlurmView(nodes=nodes, error=seen.error)
+def _view_load(seen: SeenBefore, workload: WorkloadManager) -> NodesView:
+    """The inverse of _view_dump (WORKLOAD reads each kept state and reason)."""
+    return NodesView(nodes={n: workload.status(v.state, v.reason) for n, v in seen.nodes.items()}, error=seen.error)

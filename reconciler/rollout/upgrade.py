@@ -10,8 +10,8 @@ before-image undo, then a reboot or reload again): `rolling-back` -> `rolled-bac
 drained, the reason naming the step that failed; final: a human takes it from there, no later pass tries it again).
 
 The machine knows nothing of Slurm or packages: how a node is drained, rebooted and seen back is `DrainSteps`
-data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (reconciler/rollout/
-upgrade_hooks.py for the real engine and gates).
+data (drivers/slurm_reboot.py), what is applied and gated are the caller's hooks (engine/upgrade_steps.py `Hooks`;
+checks/upgrade_gates.py builds them for the real engine and gates).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from reconciler.common.failpoints import failpoint
 from reconciler.desired.inventory import NodeSpec
 from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_until
-from reconciler.engine.upgrade_steps import ReloadSteps
+from reconciler.engine.upgrade_steps import Hooks, Prepared
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.journal import FINAL, STATES, Journal, NodeEntry, NodeWork, RolloutJournal, UpgradeRecord
@@ -35,30 +35,6 @@ from reconciler.transport.base import Transport
 
 __all__ = ["FINAL", "STATES", "Hooks", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
 Log = Callable[[str], None]
-
-
-@dataclass
-class Prepared:
-    """What applying a node's held changes needs (None: nothing left to apply), how to undo it, and the apply
-    itself (returns None when it worked, else why not)."""
-
-    needs: str | None
-    undo: list[str]
-    apply: Callable[[], str | None]
-    summary: str = ""
-
-
-@dataclass
-class Hooks:
-    """What the machine asks its caller for, per node."""
-
-    steps: Callable[[str], DrainSteps]  # with their reboot part (engine/drain.py)
-    reload: Callable[[str], ReloadSteps]
-    prepare: Callable[[str], Prepared]
-    validate: Callable[[str], str | None]  # while the node is still drained: None when it passed, else why
-    after_resume: Callable[[str], str | None] = lambda node: None  # e.g. a smoke job on the resumed node
-    fail: Callable[[str, str], str] | None = None  # the controller command keeping a node drained with a reason
-    converge: Callable[[str], str | None] = lambda node: None  # after the reboot: the rest of the desired state
 
 
 @dataclass

@@ -103,5 +103,5 @@ def test_a_plan_imports_no_rollout_machinery(tmp_path: Path) -> None:
     assert exit_line == "exit 1" and "unreachable" in done.stdout, done.stdout[-2000:]
     loaded = set(modules.split())
     assert "reconciler.rollout.preview" in loaded and "reconciler.rollout.waves" in loaded
-    assert not {"reconciler.rollout.runner", "reconciler.rollout.gates", "reconciler.rollout.upgrade",
-                "reconciler.checks.runner"} & loaded, sorted(loaded)
+    assert not {"reconciler.rollout.runner", "reconciler.checks.gates", "reconciler.rollout.upgrade",
+                "reconciler.checks.upgrade_gates", "reconciler.checks.runner"} & loaded, sorted(loaded)

@@ -26,7 +26,7 @@ from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.notify import Notifier, NotifyConfigError, drained_message, scheme_of
 from reconciler.daemon.store import Store
 from reconciler.desired.loader import DesiredStateError, load_dir
-from reconciler.rollout.gates import GateResult
+from reconciler.engine.workload import GateResult
 from reconciler.rollout.runner import RolloutResult
 from reconciler.rollout.waves import Wave, WavePlan
 from tests.checks.fake_cluster import FakeCluster

@@ -20,7 +20,7 @@ from reconciler.daemon.status_page import load_snapshot, render
 from reconciler.daemon.store import Store
 from reconciler.desired.loader import load_dir
 from reconciler.engine.restore import RestoreReport
-from reconciler.rollout.gates import GateResult
+from reconciler.engine.workload import GateResult
 from reconciler.rollout.rollback_text import rollback_lines
 from reconciler.rollout.runner import RolloutResult
 from reconciler.rollout.waves import Wave, WavePlan

@@ -1,4 +1,4 @@
-"""The upgrade's GPU gate words (reconciler/rollout/upgrade_hooks.judge_gpu) on the testbed's BROKEN 570: the
+"""The upgrade's GPU gate words (checks/upgrade_gates.judge_gpu) on the testbed's BROKEN 570: the
 probe script run by a real local shell over the testbed's STAND-IN nvidia-smi and dmesg (no GPUs here), the
 broken driver loaded (its FAULTS file: GPU 0 fallen off the bus)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from reconciler.checks.gpu.query import MINORS_COMMAND, query_command
 from reconciler.checks.gpu.xid import xid_command
+from reconciler.checks.upgrade_gates import judge_gpu
 from reconciler.drivers.slurm_reboot import failed_reason
 from reconciler.facts.sections import Section, script, split_sections
-from reconciler.rollout.upgrade_hooks import judge_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 STANDINS = REPO / "deploy" / "testbed" / "standins"

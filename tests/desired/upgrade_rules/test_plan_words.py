@@ -9,6 +9,7 @@ from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import load_dir
 from reconciler.drivers.packages import PackagesDriver
 from reconciler.drivers.slurm_upgrade import SlurmUpgradeDriver
+from reconciler.drivers.slurm_workload import SlurmWorkload
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
@@ -52,7 +53,7 @@ def plan_8(tmp_path: Path, busy: dict[str, str], needs: str = "reboot", rollout:
         packages.absorb(ctx, ctx.facts, name, ctx.facts.nodes[name], {pkgfacts.FACTS_KEY: answer(" ".join(PAIR))})
     plan = make_plan(ctx, [packages, SlurmUpgradeDriver()])
     if rollout is not None:
-        annotate(ctx, plan)
+        annotate(ctx, plan, SlurmWorkload())
     return plan
 
 

@@ -1,4 +1,5 @@
 """The gates after a wave: is Slurm still healthy, do the node checks pass, does a job run, does the wave soak?
+The rollout's `GateRunner` (engine/workload.py) on a Slurm cluster, passed in by its callers (checks/rollout_site.py).
 
 Each gate returns a GateResult (ok, a one-line message, the failing nodes, the nodes Slurm drained during the
 gate) and never raises for a failure of the cluster: an exception of the gate itself is a failed gate too.
@@ -8,65 +9,23 @@ Gates act on nothing but their own reservation and job: drains they cause are re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from reconciler.checks.runner import check_run, launcher_of
-from reconciler.checks.slurm_view import SlurmView, fetch_view
+from reconciler.checks.slurm_view import fetch_view
 from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import LoadedState
-from reconciler.facts.models import SlurmNodeFact
+from reconciler.drivers.slurm_workload import nodes_view, script_drain
+from reconciler.engine.workload import GateResult, NodeStatus, NodesView, new_drains
 from reconciler.model import DesiredState, parse_duration
 from reconciler.transport.base import Transport
 
 POLL = 1.0
-# Drains Slurm sets itself when a job's scripts fail on a node: a rollback may resume these (set during a gate).
-SLURM_SCRIPT_DRAINS = ("Prolog error", "Epilog error", "Kill task failed", "prolog failed", "epilog failed")
 
 
-@dataclass
-class GateResult:
-    """What one gate found."""
-
-    gate: str
-    ok: bool
-    message: str
-    nodes: list[str] = field(default_factory=list)  # the nodes it failed on
-    drained: dict[str, str] = field(default_factory=dict)  # wave nodes Slurm drained during the gate: reason
-    seconds: float = 0.0
-    skipped: bool = False
-    failed: list[dict[str, str]] = field(default_factory=list)  # apply: each failed change (node, resource, error)
-
-    def as_dict(self) -> dict[str, object]:
-        """For the journal, the store and the status page."""
-        return {"gate": self.gate, "ok": self.ok, "message": self.message, "nodes": self.nodes,
-                "nodeset": hostlist.compress(self.nodes) if self.nodes else "", "drained": self.drained,
-                "seconds": round(self.seconds, 2), "skipped": self.skipped,
-                **({"failed": self.failed} if self.failed else {})}
-
-
-def new_drains(before: SlurmView, after: SlurmView, nodes: Sequence[str]) -> dict[str, str]:
-    """Nodes of NODES drained in AFTER that were not drained in BEFORE (or with another reason), with reasons."""
-    out = {}
-    for name in nodes:
-        now = after.nodes.get(name)
-        if now is None or not now.drained:
-            continue
-        was = before.nodes.get(name)
-        if was is not None and was.drained and was.reason == now.reason:
-            continue
-        out[name] = now.reason or now.state
-    return out
-
-
-def script_drain(reason: str | None) -> bool:
-    """True for a drain Slurm sets when a job's prolog/epilog failed (what a bad commit causes)."""
-    return bool(reason) and any(mark.lower() in (reason or "").lower() for mark in SLURM_SCRIPT_DRAINS)
-
-
-def _down(fact: SlurmNodeFact | None) -> bool:
-    return fact is None or not fact.responding or "INVAL" in fact.flags
+def _down(status: NodeStatus | None) -> bool:
+    return status is None or status.down
 
 
 class Gates:
@@ -85,11 +44,12 @@ class Gates:
         """The desired state being rolled out."""
         return self.loaded.state
 
-    def view(self) -> SlurmView:
+    def view(self) -> NodesView:
         """Slurm's view now (one command on the controller)."""
-        return fetch_view(self.transport, self.controller)
+        view = fetch_view(self.transport, self.controller)
+        return nodes_view(view.nodes, view.error)
 
-    def run(self, name: str, nodes: list[str], before: SlurmView) -> GateResult:
+    def run(self, name: str, nodes: list[str], before: NodesView) -> GateResult:
         """Run one gate by name on a wave's nodes; BEFORE: Slurm's view before the wave was applied."""
         started = time.monotonic()
         try:
@@ -101,7 +61,7 @@ class Gates:
 
     # ------------------------------------------------------------ the gates
 
-    def _slurm(self, nodes: list[str], before: SlurmView) -> GateResult:
+    def _slurm(self, nodes: list[str], before: NodesView) -> GateResult:
         """Controller answers, every Slurm node that answered before answers again and is not DOWN/INVAL."""
         deadline = time.monotonic() + self.timeout
         watched = [n for n, fact in before.nodes.items() if not _down(fact)]
@@ -115,7 +75,7 @@ class Gates:
                 return GateResult("slurm", False, f"Slurm after the change: {why}", bad or list(nodes))
             time.sleep(POLL)
 
-    def _node_checks(self, nodes: list[str], before: SlurmView) -> GateResult:
+    def _node_checks(self, nodes: list[str], before: NodesView) -> GateResult:
         """The desired state's node checks on the wave's nodes (deciding only: nothing drained)."""
         names = [c.name for c in self.state.checks.node]
         if not names:
@@ -130,7 +90,7 @@ class Gates:
                           f"{hostlist.compress(sorted({r.node for r in failed}))}: {first.message}",
                           sorted({r.node for r in failed}))
 
-    def _smoke_job(self, nodes: list[str], before: SlurmView) -> GateResult:
+    def _smoke_job(self, nodes: list[str], before: NodesView) -> GateResult:
         """A job on exactly the wave's Slurm nodes through a reservation (prolog, epilog, mounts, container)."""
         from reconciler.checks.smoke import SmokeSpec, run_smoke
 
@@ -142,7 +102,7 @@ class Gates:
         result = run_smoke(self.transport, self.launcher, self.controller, spec, should_stop=self.should_stop)
         return GateResult("smoke-job", result.ok, result.message, sorted(result.failed), dict(result.drained))
 
-    def _nccl(self, nodes: list[str], before: SlurmView) -> GateResult:
+    def _nccl(self, nodes: list[str], before: NodesView) -> GateResult:
         """The NCCL checks on the wave's nodes, when it has two or more (deciding only)."""
         names = [c.name for c in self.state.checks.nccl]
         if not names or len(nodes) < 2:
@@ -156,7 +116,7 @@ class Gates:
         return GateResult("nccl", False, f"NCCL check {failed[0].check} failed on {hostlist.compress(bad)}: "
                           f"{failed[0].message}", bad)
 
-    def soak(self, nodes: list[str], before: SlurmView, seconds: float) -> GateResult:
+    def soak(self, nodes: list[str], before: NodesView, seconds: float) -> GateResult:
         """Wait SECONDS; a wave node Slurm drained meanwhile for a prolog/epilog failure fails the wave."""
         started = time.monotonic()
         deadline = started + seconds

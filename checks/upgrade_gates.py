@@ -1,4 +1,5 @@
-"""The upgrade machine's hooks on a real cluster: Slurm's reboot steps (drivers/slurm_reboot.py), the engine's plan
+"""The upgrade machine's hooks (engine/upgrade_steps.py `Hooks`) on a real cluster, passed in by the rollout's
+callers (checks/rollout_site.py): Slurm's reboot steps (drivers/slurm_reboot.py), the engine's plan
 and apply of one node's held changes, the GPU gate (checks/gpu: health, XIDs, the loaded driver equal to the
 installed `driver_package`), DCGM and the smoke job."""
 
@@ -25,12 +26,11 @@ from reconciler.drivers.slurm_reboot import (
 from reconciler.engine.apply import ApplyOptions
 from reconciler.engine.ops import RunCommand
 from reconciler.engine.run import open_reconcile
-from reconciler.engine.upgrade_steps import ReloadSteps
+from reconciler.engine.upgrade_steps import Hooks, Prepared, ReloadSteps
+from reconciler.engine.workload import GateRunner
 from reconciler.facts.sections import Section, script, split_sections
 from reconciler.model import GpuExpectation
 from reconciler.model.upgrade import Upgrade
-from reconciler.rollout.gates import Gates
-from reconciler.rollout.upgrade import Hooks, Prepared
 from reconciler.transport.base import Transport
 
 DCGM_TIMEOUT = 900
@@ -89,7 +89,7 @@ class RealHooks:
     """Hooks of the upgrade machine for one rollout of LOADED over TRANSPORT."""
 
     def __init__(self, loaded: LoadedState, config: Upgrade, transport: Transport, options: ApplyOptions,
-                 gates: Gates, log: Log) -> None:
+                 gates: GateRunner, log: Log) -> None:
         self.loaded, self.config, self.transport, self.options = loaded, config, transport, options
         self.gates, self.log = gates, log
         self.specs = node_specs(loaded.state)
