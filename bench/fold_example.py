@@ -18,9 +18,9 @@ from bench.scale import write_state
 from reconciler.desired.loader import load_dir
 from reconciler.desired.source import describe_source
 from reconciler.drivers import all_drivers
+from reconciler.drivers.converged import converged_facts, file_fact
 from reconciler.engine.context import Context
 from reconciler.engine.report import render_text
-from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import JobFact
 from reconciler.forge.pr_comment import render_pr_comment
 from reconciler.forge.pr_planning import PrPlan, plan_main, plan_pull_request

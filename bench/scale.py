@@ -33,12 +33,12 @@ from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs, slurm_nodes
 from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.drivers import all_drivers
+from reconciler.drivers.converged import converged_facts, file_fact
 from reconciler.engine.context import Context
 from reconciler.engine.fold import fold_changes
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
-from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import SlurmNodeFact
 from reconciler.render.files import file_path
 

@@ -2,7 +2,7 @@
 
 The smallest whole managed kind, and the proof of README's "Where a change goes": it asks for its file's fact
 (a file fact: NodeFacts.files, no fact snippet of its own), plans a write where the content or mode differs,
-and says what a converged node holds (for planning without SSH: engine/synthetic_facts.py). Validate's checks of
+and says what a converged node holds (for planning without SSH: drivers/converged.py). Validate's checks of
 its entries (nodes in the inventory, one entry per path and node, `files:` not writing its path) come from its
 Section in DesiredState; its place in the apply order and in `all_drivers()` from its row in drivers/phases.py.
 An entry removed leaves the file as it is: without a header (users would see it) nothing marks it as ours.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from reconciler.desired.managed import selects
 from reconciler.drivers.base import file_change
+from reconciler.drivers.converged import file_fact
 from reconciler.drivers.phases import phase as phase_of
 from reconciler.engine.context import Context
 from reconciler.engine.driver import DriverDefaults
 from reconciler.engine.plan import Change
-from reconciler.engine.synthetic_facts import file_fact
 from reconciler.facts.gather import FactRequest
 from reconciler.facts.models import NodeFacts
 from reconciler.model.motd import Motd

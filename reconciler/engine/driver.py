@@ -7,7 +7,7 @@ what it needs): `scope` (`cluster`: every change of the driver must be the same 
 `absorb` (its own facts parsed from a node's answers, kept typed: `cluster.keep(node, obj)`, read back with
 `ctx.facts.kept_of(Type, node)`), `review` (what it concludes from the whole plan, as edits the engine makes:
 engine/review.py), `followups` (the steps that follow from the whole plan; it changes nothing) and `converged`
-(a node's facts as they read once the desired state holds: planning without SSH, engine/synthetic_facts.py).
+(a node's facts as they read once the desired state holds: planning without SSH, drivers/converged.py).
 The engine calls these directly; nothing is looked up with getattr (tests/test_layout.py).
 
 In `make_plan`: every driver's `plan` per node; then each driver's `review`, in the drivers' order, its edits
@@ -76,4 +76,4 @@ class DriverDefaults:
         return []
 
     def converged(self, ctx: Context, node: str, facts: NodeFacts) -> None:
-        """Nothing of its own beyond what synthetic_facts makes."""
+        """Nothing of its own beyond what drivers/converged.py makes."""

@@ -16,6 +16,7 @@ import pytest
 from bench.scale import write_state
 from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
+from reconciler.drivers.converged import converged_facts
 from reconciler.drivers.job_risk import cpu_keys_changed
 from reconciler.drivers.step_order import ORDER_CONTROLLER
 from reconciler.engine.context import Context
@@ -23,7 +24,6 @@ from reconciler.engine.followups import ORDER_SERVICE, FollowUp
 from reconciler.engine.plan import Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_markdown, render_text
-from reconciler.engine.synthetic_facts import converged_facts
 from reconciler.facts.models import JobFact
 from reconciler.forge.pr_comment import render_pr_comment
 from reconciler.forge.pr_planning import PrPlan

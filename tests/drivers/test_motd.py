@@ -11,11 +11,11 @@ import pytest
 
 from reconciler.desired.loader import MERGEABLE_LISTS, DesiredStateError, load_dir
 from reconciler.drivers import all_drivers
+from reconciler.drivers.converged import converged_facts
 from reconciler.drivers.phases import PHASES
 from reconciler.engine.context import Context
 from reconciler.engine.ops import WriteFile
 from reconciler.engine.planner import make_plan
-from reconciler.engine.synthetic_facts import converged_facts
 from tests.drivers.base_state import write_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_motd_entries_may_be_split_over_files_and_plan_per_node(tmp_path: Path) 
     converged = converged_facts(ctx, all_drivers())
     ctx.facts = converged
     assert not make_plan(ctx, all_drivers()).has_changes
-    ctx.facts = converged_facts(ctx)  # no driver asked: the files are missing
+    ctx.facts = converged_facts(ctx, ())  # no driver asked: the files are missing
     plan = make_plan(ctx, all_drivers())
     assert sorted((c.node, c.resource, c.action, c.phase) for c in plan.changes if c.action != "ok") == [
         ("cpu01", "/etc/motd.d/site", "create", 30), ("ctl", "/etc/motd", "create", 30),

@@ -14,6 +14,7 @@ from reconciler.common import hostlist
 from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.drivers import all_drivers
 from reconciler.drivers.base import HEADER_MARK, unified_diff
+from reconciler.drivers.converged import converged_facts, file_fact
 from reconciler.drivers.node_state import drain_steps
 from reconciler.engine import fold
 from reconciler.engine.context import Context
@@ -22,7 +23,6 @@ from reconciler.engine.followups import command, merge, service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_json, render_markdown, render_text
-from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.forge.pr_comment import render_pr_comment
 from reconciler.forge.pr_planning import PrPlan
 

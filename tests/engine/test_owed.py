@@ -16,6 +16,7 @@ from bench.scale import write_state
 from reconciler.desired.inventory import NodeSpec
 from reconciler.desired.loader import load_dir
 from reconciler.drivers import all_drivers
+from reconciler.drivers.converged import converged_facts, file_fact
 from reconciler.drivers.slurm_config import RECONFIGURE, drain_steps, responding_command
 from reconciler.drivers.step_order import ORDER_COMPUTE, ORDER_CONTROLLER
 from reconciler.engine import owed_ledger
@@ -24,7 +25,6 @@ from reconciler.engine.followups import FollowUp, command, service
 from reconciler.engine.owed import OWED_PATH, OwedFile, OwedStep, keeper
 from reconciler.engine.planner import make_plan
 from reconciler.engine.report import render_text
-from reconciler.engine.synthetic_facts import converged_facts, file_fact
 from reconciler.facts.models import FileFact
 from reconciler.transport.base import CommandResult
 

@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.desired.loader import LoadedState, load_dir
 from reconciler.desired.source import describe_source
-from reconciler.engine import synthetic_facts as synthetic
+from reconciler.drivers import converged as synthetic
 from reconciler.engine.context import Context
 from reconciler.facts.models import ClusterFacts
 from reconciler.forge.base import Secret

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from reconciler.engine.synthetic_facts import file_fact
+from reconciler.drivers.converged import file_fact
 from reconciler.facts.models import JobFact
 from reconciler.forge.github import GitHubForge
 from reconciler.forge.pr_plan import report_pull_requests

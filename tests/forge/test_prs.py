@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import structlog
 
+from reconciler.drivers.converged import file_fact
 from reconciler.drivers.node_state import drain_steps
 from reconciler.engine.followups import service
 from reconciler.engine.plan import Change, Plan
 from reconciler.engine.report import MARKER
-from reconciler.engine.synthetic_facts import file_fact
 from reconciler.facts.models import ClusterFacts, JobFact
 from reconciler.forge.github import GitHubForge
 from reconciler.forge.pr_comment import render_pr_comment

@@ -1,7 +1,8 @@
 """Facts of a cluster that already matches a desired state, synthesised from the rendered files (no SSH).
 
 For planning without a cluster: the scale benchmark (`bench/scale.py`) and tests that plan against a
-converged cluster and then make parts of it drift.
+converged cluster and then make parts of it drift. A drivers module, not the engine's: it knows the kinds (the
+Slurm files, services and node states); a new kind says what its converged node holds itself (`converged`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ def file_fact(content: str, mode: str = "0644") -> FileFact:
                     group="root", size=len(content), content=content)
 
 
-def converged_facts(ctx: Context, drivers: Sequence[Driver] = ()) -> ClusterFacts:
+def converged_facts(ctx: Context, drivers: Sequence[Driver] | None = None) -> ClusterFacts:
     """Facts of a cluster that matches the desired state: every managed file as rendered, mounts, images, and what
-    each of DRIVERS says of its own things (`converged`)."""
+    each of DRIVERS (default: all) says of its own things (`converged`)."""
+    from reconciler.drivers import all_drivers  # the registry imports every driver module: not at import time
+
+    drivers = all_drivers() if drivers is None else drivers
     state = ctx.state
     facts = ClusterFacts(controller=ctx.controller)
     shared: dict[str, FileFact] = {}
