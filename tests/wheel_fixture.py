@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import subprocess
 import sys
+import tempfile
 import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,8 +43,13 @@ class InstalledWheel:
 def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstalledWheel]:
     """Build the wheel with pip (isolated build) and install it with its dependencies into a new venv."""
     work = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"),
-                            str(REPO)], capture_output=True, text=True, timeout=600)
+    # pip builds in the checkout itself (build/, *.egg-info): two pytest workers building at once broke each
+    # other's build ("Building wheel ... did not run successfully"), so one builds at a time
+    lock = Path(tempfile.gettempdir()) / f"reconciler-wheel-{hashlib.sha256(str(REPO).encode()).hexdigest()[:12]}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"),
+                                str(REPO)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheel = next((work / "dist").glob("reconciler-*.whl"))
     prefix = work / "venv"
