@@ -185,8 +185,8 @@ def test_python_m_bench_daemon_section(tmp_path: Path, capsys: pytest.CaptureFix
 def test_python_m_bench_noop_and_drift_sections(tmp_path: Path, capsys: pytest.CaptureFixture[str], peers: str) -> None:
     """`python -m bench --sections noop,drift --nodes 2 --runs 1 --peers none|floor` on a real testbed: the cold
     plan, the daemon's drift check over persistent sessions (in-sync, no new connection), and the floors; with the
-    floors, `--compare` (this checkout again, as the other tree) adds the other checkout's plan, and both plans
-    their ratio to the paramiko floor of the same run."""
+    floors, `--compare` (this checkout again, as the other tree) adds the other checkout's plan and its daemon drift
+    check, and both plans their ratio to the paramiko floor of the same run."""
     from bench.common import REPO
     from bench.testbed import unavailable
 
@@ -200,7 +200,7 @@ def test_python_m_bench_noop_and_drift_sections(tmp_path: Path, capsys: pytest.C
     tools = {section: [row["tool"] for row in results[section]] for section in ("noop", "drift")}
     floors = ["floor-ssh", "floor-paramiko"] if peers == "floor" else []
     other = ["other-1"] if compare else []
-    assert tools == {"noop": ["ours", *other, *floors], "drift": ["ours", "plan", *floors]}
+    assert tools == {"noop": ["ours", *other, *floors], "drift": ["ours", "plan", *floors, *other]}
     noop = {row["tool"]: row for row in results["noop"]}
     for tool in ("ours", *other):
         assert ("vs_floor" in noop[tool]) == bool(floors)
@@ -208,6 +208,8 @@ def test_python_m_bench_noop_and_drift_sections(tmp_path: Path, capsys: pytest.C
         floor_s = noop["floor-paramiko"]["wall_s"]
         assert noop["other-1"]["vs_floor"] == pytest.approx(noop["other-1"]["wall_s"] / floor_s, rel=1e-6)
         assert noop["other-1"]["label"].endswith("(--compare)") and noop["other-1"]["trips_per_node"] == 1
+        drift = {row["tool"]: row for row in results["drift"]}  # the other checkout's own daemon drift check
+        assert drift["other-1"]["label"].endswith("(--compare)") and drift["other-1"]["wall_s"] > 0
     for row in results["noop"] + results["drift"]:
         assert row["computes"] == 2 and row["nodes"] == 3 and row["runs"] == 1
         assert 0 < row["wall_s"] < 30 and row["cpu_s"] >= 0, row
