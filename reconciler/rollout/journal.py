@@ -6,8 +6,10 @@ its SQLite store, and beside the HA lease; `reconciler apply` in memory). Everyt
 `decode` for the code that acts on it (strict: a journal this reconciler cannot read is refused, naming where it is
 and what to do, and nothing is changed), `glance` for what only shows it (status, page, metrics: never raises).
 
-Versions: 1 is the format written before the journal had a `version` key (so a journal without one is version 1);
-it is still the format written now, with the key. A format change gets a new number and a reader of the old one.
+Versions: 1 is the format written before the journal had a `version` key (so a journal without one is version 1).
+2 (issue 46) adds what the upgrade's nodes wait for (`upgrade.waiting`: a window, capacity, a pause) and the
+operator's part; a version-1 journal is a version-2 journal without them, so it is read as it is. A format change
+gets a new number and a reader of the old one.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from reconciler.engine.before_image import BeforeImage
 from reconciler.engine.followups import FollowUp
 from reconciler.rollout.waves import Wave, WavePlan
 
-VERSION = 1  # the journal format this reconciler writes, and the newest it reads
+VERSION = 2  # the journal format this reconciler writes, and the newest it reads
 
 
 class UpgradeState(StrEnum):
@@ -116,13 +118,24 @@ class NodeWork(_Model):
     failed: bool = False  # the node failed after its apply: rolled back, it stays drained
 
 
+class Waiting(_Model):
+    """What the upgrade's nodes not started wait for: `hold` (none starts: a closed window, a pause) or `wait`
+    (capacity), why, and when it is known to lift (a Unix time), if it is."""
+
+    kind: str
+    why: str
+    until: float | None = None
+    nodes: list[str] = Field(default_factory=list)
+
+
 class UpgradeRecord(_Model):
     """The upgrade machine's part of the journal."""
 
     nodes: dict[str, NodeEntry] = Field(default_factory=dict)
     failed: list[str] = Field(default_factory=list)
     work: dict[str, NodeWork] = Field(default_factory=dict)
-    max_unavailable: int | None = None
+    max_unavailable: int | str | None = None
+    waiting: Waiting | None = None  # version 2
 
     def summary(self) -> dict[str, Any]:
         """The node states, failed and the limit, for the rollout's record (the undo commands stay out)."""
@@ -211,9 +224,12 @@ _ONLY_WHEN_SET = ("pending_followups", "before_image", "failed_wave", "failed_ga
 def encode(journal: RolloutJournal) -> dict[str, Any]:
     """The journal as JSON data, to store."""
     data = journal.model_dump(mode="json")
+    data["version"] = VERSION  # an older journal read and written back is written in this format
     for key in _ONLY_WHEN_SET:
         if data[key] is None or data[key] is False:
             del data[key]
+    if data.get("upgrade") and data["upgrade"].get("waiting") is None:
+        del data["upgrade"]["waiting"]
     for work in (data.get("upgrade") or {}).get("work", {}).values():
         if not work["failed"]:
             del work["failed"]

@@ -14,7 +14,7 @@ hooks) its callers pass in (`RolloutSite`, engine/workload.py): nothing here imp
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.engine.workload import GateResult, NodesView, RolloutSite, WorkloadManager, new_drains
+from reconciler.rollout.admission import Admission, Admissions, OwnCount
 from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefore, SeenNode
 from reconciler.rollout.preview import bootstrap_reason
 from reconciler.rollout.upgrade import UpgradeMachine
@@ -82,8 +83,11 @@ class RolloutRunner:
 
     def __init__(self, new: LoadedState, old: LoadedState | None, transport: Transport, options: ApplyOptions,
                  journal: Journal, site: RolloutSite, log: Log = lambda _: None,
-                 on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None,
+                 admissions: Sequence[Admission] = ()) -> None:
         self.new, self.old, self.transport, self.options = new, old, transport, options
+        # asked before the upgrade machine takes each node out (admission.py): the caller's policies first
+        self.admissions = list(admissions)
         self.journal, self.log, self.on_event = journal, log, on_event
         # what the rollout needs of the cluster (drivers, workload manager, gates, upgrade hooks): its callers' word
         self.site, self.workload = site, site.workload
@@ -247,8 +251,9 @@ class RolloutRunner:
     def _machine(self, record: RolloutJournal) -> UpgradeMachine:
         assert self.upgrade is not None
         hooks = self.site.hooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log)
+        admission = Admissions([*self.admissions, OwnCount(self.upgrade.max_unavailable)])
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
-                              record, self.log, self.options.should_stop, self.options.poll_interval)
+                              record, self.log, self.options.should_stop, self.options.poll_interval, admission)
 
     def _upgrade(self, held: list[str], record: RolloutJournal,
                  entry: dict[str, Any]) -> tuple[GateResult | None, set[str]]:

@@ -29,7 +29,17 @@ from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_unt
 from reconciler.engine.upgrade_steps import Hooks, Prepared
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade
-from reconciler.rollout.journal import FINAL, STATES, Journal, NodeEntry, NodeWork, RolloutJournal, UpgradeRecord
+from reconciler.rollout.admission import GO, Admission, OwnCount, Verdict
+from reconciler.rollout.journal import (
+    FINAL,
+    STATES,
+    Journal,
+    NodeEntry,
+    NodeWork,
+    RolloutJournal,
+    UpgradeRecord,
+    Waiting,
+)
 from reconciler.rollout.journal import UpgradeState as S
 from reconciler.transport.base import Transport
 
@@ -70,8 +80,11 @@ class UpgradeMachine:
 
     def __init__(self, config: Upgrade, hooks: Hooks, transport: Transport, specs: dict[str, NodeSpec],
                  journal: Journal, record: RolloutJournal, log: Log = lambda _: None,
-                 should_stop: Callable[[], bool] = lambda: False, poll: float = 1.0) -> None:
+                 should_stop: Callable[[], bool] = lambda: False, poll: float = 1.0,
+                 admission: Admission | None = None) -> None:
         self.config, self.hooks, self.transport, self.specs = config, hooks, transport, specs
+        # asked before each node starts (admission.py): the site's windows, capacity and operator, else a count
+        self.admission: Admission = admission or OwnCount(config.max_unavailable)
         self.journal, self.record, self.log, self.should_stop, self.poll = journal, record, log, should_stop, poll
         self.lock = threading.Lock()
         self.upgrade: UpgradeRecord = record.upgrading()
@@ -173,15 +186,7 @@ class UpgradeMachine:
         order = started + self._idle_first(waiting)
         if self._over_budget():
             order = [n for n in order if self.nodes[n].state == S.ROLLING_BACK]
-        with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
-            running: set[Future[None]] = set()
-            for node in order:
-                while len(running) >= self.config.max_unavailable:
-                    _, running = wait(running, return_when=FIRST_COMPLETED)
-                if self._over_budget() or self.should_stop():
-                    break
-                running.add(pool.submit(self._one, node))
-            wait(running)
+        self._schedule(order, set(started))
         outcome.stopped = self.should_stop()
         for node in nodes + started:
             entry = self.nodes[node]
@@ -203,6 +208,47 @@ class UpgradeMachine:
                 outcome.done = [n for n in outcome.done if n != node]
                 outcome.failed[node] = why
         return outcome
+
+    def _schedule(self, order: list[str], started: set[str]) -> None:
+        """Run ORDER's nodes, each once the admission lets it go (those in STARTED, in flight when a process
+        stopped, go at once: a node in the middle finishes); what the rest wait for is journalled."""
+        pending = list(order)
+        running: dict[Future[None], str] = {}
+        with ThreadPoolExecutor(max_workers=max(1, len(order))) as pool:
+            while pending or running:
+                if self._over_budget() or self.should_stop():
+                    break
+                waiting: Verdict | None = None
+                for node in list(pending):
+                    verdict = GO if node in started else self.admission.admit(node, sorted(running.values()))
+                    if verdict.go:
+                        pending.remove(node)
+                        running[pool.submit(self._one, node)] = node
+                        continue
+                    waiting = waiting if waiting is not None and waiting.kind == "hold" else verdict
+                    if verdict.kind == "hold":
+                        break
+                self._waiting(waiting, pending)
+                if running:
+                    done, _ = wait(running, timeout=self.poll, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        running.pop(future)
+                elif pending:
+                    self._wait(self.should_stop, self.poll)
+            wait(running)
+        self._waiting(None, [])
+
+    def _waiting(self, verdict: Verdict | None, pending: list[str]) -> None:
+        """Journal what the nodes not started wait for (None: nothing), once per change."""
+        now = None if verdict is None or not pending else Waiting(
+            kind=verdict.kind, why=verdict.why, until=verdict.until, nodes=sorted(pending))
+        if now == self.upgrade.waiting:
+            return
+        with self.lock:
+            self.upgrade.waiting = now
+            self._save()
+        if now is not None:
+            self.log(f"upgrade: {len(pending)} node(s) {'held' if now.kind == 'hold' else 'waiting'}: {now.why}")
 
     def _over_budget(self) -> bool:
         return len(self.upgrade.failed) > self.config.failure_budget

@@ -78,7 +78,7 @@ def full() -> RolloutJournal:
 def test_a_journal_goes_through_json_and_back_unchanged() -> None:
     record = full()
     stored = json.loads(json.dumps(encode(record)))
-    assert stored["version"] == J.VERSION == 1
+    assert stored["version"] == J.VERSION == 2
     back = decode(stored, "test")
     assert back == record
     assert encode(back) == stored
@@ -114,11 +114,12 @@ def test_empty_parts_are_left_out_as_before_the_version() -> None:
 
 @pytest.mark.parametrize("path", V1, ids=[p.stem for p in V1])
 def test_a_journal_without_a_version_is_read_as_version_1_and_written_back_the_same(path: Path) -> None:
+    """Version 2 only adds keys: a version-1 journal written back is the same but for its version."""
     raw = json.loads(path.read_text())
     assert "version" not in raw
     record = decode(raw, str(path))
     assert record.version == 1
-    assert encode(record) == {"version": 1, **raw}
+    assert encode(record) == {"version": 2, **raw}
 
 
 def test_the_captured_upgrade_journal_reads_as_it_was() -> None:
@@ -170,10 +171,10 @@ def refused(tmp_path: Path, raw: Any) -> tuple[str, Any]:
 
 
 def test_a_journal_of_a_newer_version_is_refused_naming_the_file_and_what_to_do(tmp_path: Path) -> None:
-    raw = {**json.loads((FIXTURES / "journal_v1_upgrade.json").read_text()), "version": 2, "a_new_key": [1]}
+    raw = {**json.loads((FIXTURES / "journal_v1_upgrade.json").read_text()), "version": 3, "a_new_key": [1]}
     message, after = refused(tmp_path, raw)
     assert str(tmp_path / "state.db") in message and "rollout_journal" in message
-    assert "version 2, written by a newer reconciler (this one reads up to version 1)" in message
+    assert "version 3, written by a newer reconciler (this one reads up to version 2)" in message
     assert "finish the rollout with the release that wrote it" in message
     assert after == raw  # nothing changed
 
