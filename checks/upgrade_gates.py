@@ -1,7 +1,7 @@
 """The upgrade machine's hooks (engine/upgrade_steps.py `Hooks`) on a real cluster, passed in by the rollout's
 callers (checks/rollout_site.py): Slurm's reboot steps (drivers/slurm_reboot.py), the engine's plan
 and apply of one node's held changes, the GPU gate (checks/gpu: health, XIDs, the loaded driver equal to the
-installed `driver_package`), DCGM and the smoke job."""
+installed `driver_package`), DCGM, NHC and a site's command (checks/node_gates.py), and the smoke job."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from reconciler.checks.gpu import judge as gpu_judge
 from reconciler.checks.gpu.dcgm import dcgm_command
 from reconciler.checks.gpu.query import MINORS_COMMAND, parse_minors, parse_query, query_command
 from reconciler.checks.gpu.xid import XidMemory, xid_command
+from reconciler.checks.node_gates import command_line, judge_command, judge_nhc, nhc_command
 from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs
 from reconciler.desired.loader import LoadedState
@@ -30,7 +31,8 @@ from reconciler.engine.upgrade_steps import Hooks, Prepared, ReloadSteps
 from reconciler.engine.workload import GateRunner
 from reconciler.facts.sections import Section, script, split_sections
 from reconciler.model import GpuExpectation
-from reconciler.model.upgrade import Upgrade
+from reconciler.model.bounds import parse_duration
+from reconciler.model.upgrade import CommandGate, GateName, Upgrade
 from reconciler.transport.base import Transport
 
 DCGM_TIMEOUT = 900
@@ -138,24 +140,47 @@ class RealHooks:
         return Prepared(needs, undo, apply, "; ".join(c.summary for c in needing))
 
     def validate(self, node: str) -> str | None:
-        """The gates on the drained node: gpu (health, XIDs, driver version) and dcgm, one round trip."""
-        gates = self.config.gates
-        if "gpu" not in gates and "dcgm" not in gates:
-            return None
-        parts = [("gpu", query_command()), ("gpu.minors", MINORS_COMMAND), ("gpu.xid", xid_command())]
-        if self.config.driver_package and "gpu" in gates:
-            parts.append(("pkg", installed_version_command(self.config.driver_package)))
-        if "dcgm" in gates:
-            parts.append(("dcgm", dcgm_command(self.config.dcgm_level, DCGM_TIMEOUT)))
+        """The gates on the drained node, in the order `gates` lists them (smoke excepted: it needs the node
+        resumed, after_resume runs it): gpu, dcgm, nhc, a site's command. The first that fails says why."""
+        for gate in self.config.gates:
+            if gate == "smoke":
+                continue
+            why = self._gate(node, gate)
+            if why:
+                return why
+        return None
+
+    def _gate(self, node: str, gate: GateName | CommandGate) -> str | None:
+        if isinstance(gate, CommandGate):
+            seconds = parse_duration(gate.timeout)
+            result = self.transport.run(self.specs[node], command_line(gate, seconds), timeout=seconds + 30)
+            rc = result.exit_code if result.error is None else None
+            return judge_command(gate, seconds, rc, result.stdout).why
+        if gate == "nhc":
+            seconds = parse_duration(self.config.nhc_timeout)
+            result = self.transport.run(self.specs[node], nhc_command(seconds), timeout=seconds + 30)
+            verdict = judge_nhc(result.exit_code if result.error is None else None, result.stdout)
+            if verdict.note:
+                self.log(f"upgrade: {node}: {verdict.note}")
+            return verdict.why
+        return self._gpu(node, gate == "dcgm")
+
+    def _gpu(self, node: str, dcgm: bool) -> str | None:
+        """The gpu gate (health, XIDs, driver version) or the dcgm gate (diag at dcgm_level), one round trip."""
+        if dcgm:
+            parts = [("dcgm", dcgm_command(self.config.dcgm_level, DCGM_TIMEOUT))]
+        else:
+            parts = [("gpu", query_command()), ("gpu.minors", MINORS_COMMAND), ("gpu.xid", xid_command())]
+            if self.config.driver_package:
+                parts.append(("pkg", installed_version_command(self.config.driver_package)))
         result = self.transport.run(self.specs[node], script(parts), timeout=DCGM_TIMEOUT + 60)
         if result.error:
-            return f"gpu gate: {result.error}"
+            return f"{'dcgm' if dcgm else 'gpu'} gate: {result.error}"
         sections = split_sections(result.stdout)
-        if "gpu" not in gates:
+        if dcgm:
             item = gpu_judge.dcgm_item(self.config.dcgm_level, sections.get("dcgm"))
             return None if item.ok else f"dcgm gate: {item.message}"
-        return judge_gpu(expectation(self.loaded, node), sections,
-                         self.config.driver_package, self.config.dcgm_level if "dcgm" in gates else None)
+        return judge_gpu(expectation(self.loaded, node), sections, self.config.driver_package, None)
 
     def after_resume(self, node: str) -> str | None:
         """The smoke job on the resumed node (in its own reservation), when asked for."""

@@ -154,11 +154,17 @@ def merge_files(root: Path, files: list[Path], errors: list[ConfigError],
     return merged, locations
 
 
+def key_path(loc: tuple[int | str, ...]) -> KeyPath:
+    """A pydantic error's location as a key path: a tagged union's branch (a tag starting with `=`, e.g. the
+    upgrade's gates in reconciler/model/upgrade.py) is no key of the file, so it is left out."""
+    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and not p.startswith("=")))
+
+
 def pydantic_errors(exc: ValidationError, locations: dict[KeyPath, Location]) -> list[ConfigError]:
     """A validation error as ConfigErrors, each at the nearest located key of its path."""
     out = []
     for err in exc.errors():
-        path: KeyPath = tuple(p for p in err["loc"] if isinstance(p, int | str))
+        path = key_path(err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             near = _near_keys(path)
@@ -261,7 +267,7 @@ def _cross_check_partial(merged: dict[str, Any], exc: ValidationError) -> list[t
     for _ in range(20):
         progressed = False
         for err in exc.errors():
-            path = tuple(p for p in err["loc"] if isinstance(p, int | str))
+            path = key_path(err["loc"])
             progressed |= pruned.drop(path, err["type"] == "missing")
         if not progressed:
             return []

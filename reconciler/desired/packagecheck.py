@@ -21,6 +21,7 @@ from reconciler.desired.managed import selected
 from reconciler.model import DesiredState
 from reconciler.model.kernel import sysfs_name
 from reconciler.model.packages import PackageSpec
+from reconciler.model.upgrade import gate_label
 
 Problem = tuple[tuple[str | int, ...], str]
 UPGRADE = ("rollout", "upgrade")
@@ -154,6 +155,25 @@ def _dcgm(state: DesiredState) -> Iterator[Problem]:
                                          "drop dcgm_level")
 
 
+def _nhc(state: DesiredState) -> Iterator[Problem]:
+    upgrade = state.rollout.upgrade
+    if upgrade is not None and "nhc_timeout" in upgrade.model_fields_set and "nhc" not in upgrade.gates:
+        yield (*UPGRADE, "nhc_timeout"), ("nhc_timeout is the nhc gate's watchdog, and gates has no nhc: add nhc "
+                                          "or drop nhc_timeout")
+
+
+def _gates_twice(state: DesiredState) -> Iterator[Problem]:
+    """A gate listed twice would run twice; two command gates of one name could not be told apart in a reason."""
+    upgrade = state.rollout.upgrade
+    seen: dict[str, int] = {}
+    for j, gate in enumerate(upgrade.gates if upgrade is not None else []):
+        label = gate_label(gate)
+        if label in seen:
+            yield (*UPGRADE, "gates", j), (f"gate {label} is listed twice (first at gates[{seen[label]}])"
+                                           + ("; tell command gates apart with `name:`" if label != gate else ""))
+        seen.setdefault(label, j)
+
+
 def upgrade_problems(state: DesiredState) -> list[Problem]:
     """What `rollout.upgrade` names that does not exist, is not used, or works against the rest of the state."""
-    return [*_driver_package(state), *_reload(state), *_dcgm(state)]
+    return [*_driver_package(state), *_reload(state), *_dcgm(state), *_nhc(state), *_gates_twice(state)]

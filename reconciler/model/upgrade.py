@@ -6,9 +6,9 @@ reconciler/rollout/upgrade.py; the Slurm side drivers/slurm_reboot.py.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from reconciler.model.bounds import duration_between
 
@@ -17,7 +17,65 @@ Needs = Literal["reboot", "driver-reload"]
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:+-]{0,127}$"  # a unit, program, module or package name: never an option
 Name = Annotated[str, Field(pattern=_NAME)]
-UpgradeGate = Literal["gpu", "dcgm", "smoke"]
+GateName = Literal["gpu", "dcgm", "smoke", "nhc"]
+GATE_NAMES: tuple[GateName, ...] = ("gpu", "dcgm", "smoke", "nhc")
+
+
+class CommandGate(BaseModel):
+    """A check the site writes, run on the drained node after it is back: exit 0 passes; anything else fails
+    the node, which stays drained with the command's output in its reason."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    command: str = Field(min_length=1, max_length=4096, description="Shell command run on the node (as root, "
+                         "through the node's SSH session), e.g. `/usr/local/sbin/check-ib --rate 400`")
+    name: Name | None = Field(default=None, description="What messages call it (default: the command's first "
+                              "word's file name)")
+    timeout: duration_between(1, 3600) = Field(  # type: ignore[valid-type]
+        default="5m", description="A command running longer has failed")
+
+    @field_validator("command")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a command gate's command is empty")
+        if "\x00" in value:
+            raise ValueError("a command gate's command contains a NUL byte")
+        return value
+
+    @property
+    def label(self) -> str:
+        """The gate's name in messages: `name`, else the command's first word's file name."""
+        return self.name or value_label(self.command)
+
+
+def value_label(command: str) -> str:
+    """The file name of COMMAND's first word (`/usr/local/sbin/check-ib --x` -> check-ib)."""
+    first = command.split()[0] if command.split() else command
+    return first.rsplit("/", 1)[-1][:64] or "command"
+
+
+def _known(value: Any) -> Any:
+    if isinstance(value, str) and value not in GATE_NAMES:
+        raise ValueError(f"unknown gate {value!r}: one of {', '.join(GATE_NAMES)}, or a site's check as "
+                         "{command: ..., name: ..., timeout: ...}")
+    return value
+
+
+def _gate_kind(value: Any) -> str:
+    return "=name" if isinstance(value, str) else "=command"
+
+
+# a name, or a site's command: told apart by the value's type, so an error names the field of the form meant
+# (tags start with `=`: the loader leaves them out of an error's key path, desired/loader.py key_path)
+UpgradeGate = Annotated[Annotated[GateName, BeforeValidator(_known), Tag("=name")]
+                        | Annotated[CommandGate, Tag("=command")],
+                        Discriminator(_gate_kind)]
+
+
+def gate_label(gate: GateName | CommandGate) -> str:
+    """How a gate is named in plans and messages: gpu, dcgm, smoke, nhc or command:<label>."""
+    return gate if isinstance(gate, str) else f"command:{gate.label}"
 
 
 class DriverReload(BaseModel):
@@ -47,9 +105,14 @@ class Upgrade(BaseModel):
         default="15m", description="A node must be back (new boot id, slurmd registered) within this")
     driver_package: Name | None = Field(default=None, description="nvidia-smi must report this package's "
                                         "installed upstream version before a node is resumed (the gpu gate)")
-    gates: list[UpgradeGate] = Field(default_factory=lambda: list[UpgradeGate](["gpu"]),
-                                     description="After each node is back: gpu (nvidia-smi health, XIDs, the "
-                                     "driver version), dcgm (diag at dcgm_level), smoke (a job on the node)")
+    gates: list[UpgradeGate] = Field(default_factory=lambda: list[GateName | CommandGate](["gpu"]),
+                                     description="After each node is back, in this order, while it is still "
+                                     "drained: gpu (nvidia-smi health, XIDs, the driver version), dcgm (diag at "
+                                     "dcgm_level), nhc (LBNL NHC's `nhc` where the node has it), {command: ...} "
+                                     "(a site's check, exit 0 passes); smoke (a job on the node) needs the node "
+                                     "resumed and runs after the resume, wherever it is listed")
+    nhc_timeout: duration_between(5, 3600) = Field(  # type: ignore[valid-type]
+        default="5m", description="The nhc gate's watchdog (`nhc -t`); a run past it has failed")
     dcgm_level: int = Field(default=1, ge=1, le=4, description="`dcgmi diag -r LEVEL` for the dcgm gate")
     driver_reload: DriverReload = Field(default_factory=DriverReload, description="What a driver reload stops, "
                                         "unloads, loads and starts (changes that need driver-reload)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.workload import NodesView, WorkloadManager
+from reconciler.model.upgrade import gate_label
 from reconciler.rollout.waves import WavePlan, plan_waves
 
 
@@ -35,5 +36,6 @@ def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     plan.rollout = {**waves.as_dict(), "lines": waves.lines()}
     upgrade = ctx.state.rollout.upgrade
     if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
-        plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable, "gates": list(upgrade.gates)}
+        plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable,
+                                   "gates": [gate_label(g) for g in upgrade.gates]}
     return waves

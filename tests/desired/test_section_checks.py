@@ -103,6 +103,36 @@ def test_rollout_upgrade_names_a_managed_package_and_gates_it_uses(tmp_path: Pat
     assert len(got) == 1 and got[0].startswith("files.yaml:6:") and f" {where}: {says}" in got[0], got
 
 
+@pytest.mark.parametrize(("gates", "at", "says"), [
+    ("[gpu, nhc, gpu]", "gpu]", "rollout.upgrade.gates[2]: gate gpu is listed twice (first at gates[0])"),
+    ("[gpu, {command: /opt/a/check-ib}, {command: /opt/b/check-ib --port 2}]", "{command: /opt/b",
+     "rollout.upgrade.gates[2]: gate command:check-ib is listed twice (first at gates[1]); tell command gates "
+     "apart with `name:`"),
+    ("[gpu, nhcc]", "nhcc", "rollout.upgrade.gates[1]: unknown gate 'nhcc': one of gpu, dcgm, smoke, nhc, or "
+                            "a site's check as {command: ..., name: ..., timeout: ...}"),
+    ("[{command: x, timeout: 2h}]", "timeout", "rollout.upgrade.gates[0].timeout: must be at most 1h (allowed "
+                                          "1s to 1h), got '2h'"),
+    ("[{command: x, tiemout: 1m}]", "tiemout", "rollout.upgrade.gates[0].tiemout: unknown key (not "
+                                               "allowed here) (did you mean timeout?)"),
+    ("[{command: ''}]", "command", "rollout.upgrade.gates[0].command: String should have at least 1 character (got '')"),
+    ("[{command: x, name: '--all'}]", "name", "rollout.upgrade.gates[0].name: String should match pattern "
+                                                 "'^[A-Za-z0-9_][A-Za-z0-9_.@:+-]{0,127}$' (got '--all')"),
+])
+def test_the_gates_of_an_upgrade_are_known_once_each_and_in_bounds(tmp_path: Path, gates: str, at: str,
+                                                                   says: str) -> None:
+    """Refused at the item's (or its key's) own line and column, with its key path."""
+    line = f"rollout: {{upgrade: {{max_unavailable: 1, gates: {gates}}}}}"
+    assert errors(tmp_path, line + "\n") == [f"files.yaml:1:{line.rindex(at) + 1} {says}"]
+
+
+def test_nhc_timeout_without_the_nhc_gate_is_refused_and_with_it_loads(tmp_path: Path) -> None:
+    assert errors(tmp_path, "rollout:\n  upgrade:\n    gates: [gpu]\n    nhc_timeout: 10m\n") == [
+        "files.yaml:4:5 rollout.upgrade.nhc_timeout: nhc_timeout is the nhc gate's watchdog, and gates has no nhc: "
+        "add nhc or drop nhc_timeout"]
+    loads(tmp_path / "ok", "rollout:\n  upgrade:\n    gates: [gpu, nhc, {command: 'ibstat | grep -q Active', "
+                           "name: ib, timeout: 30s}, smoke]\n    nhc_timeout: 10m\n")
+
+
 def test_a_driver_package_only_ever_removed_is_refused(tmp_path: Path) -> None:
     got = errors(tmp_path, 'packages:\n  - {roles: [compute], packages: {nvidia-driver-standin: absent}}\n'
                            'rollout:\n  upgrade:\n    driver_package: nvidia-driver-standin\n')
