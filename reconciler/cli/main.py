@@ -308,8 +308,12 @@ def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
     for node, failures in sorted(outcome.failures.items()):
         for failure in failures:
             click.echo(f"FAILED {node}: {failure}", err=True)
+    if outcome.status == "complete":  # a rollback's own lines already named the nodes it left drained
+        for node, why in sorted(outcome.upgrade_failed.items()):
+            click.echo(f"FAILED {node}: upgrade: {why} (left drained for a human)", err=True)
     _report_held(outcome.held)
-    if not (outcome.status == "complete" and not plan.errors and not plan.unreachable):
+    if not (outcome.status == "complete" and not plan.errors and not plan.unreachable
+            and not outcome.upgrade_failed):
         sys.exit(1)
     sys.exit(2 if outcome.held else 0)
 

@@ -65,10 +65,20 @@ class RolloutResult:
     def reason(self) -> str:
         """One line: what ended the rollout."""
         if self.status == "complete":
-            return f"{len(self.waves.waves)} wave(s) applied and gated"
+            failed = self.upgrade_failed
+            return f"{len(self.waves.waves)} wave(s) applied and gated" + (
+                f"; {len(failed)} node(s) failed the upgrade (within failure_budget) and stay drained for a human: "
+                + "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())) if failed else "")
         gate = self.failed_gate or {}
         where = f"wave {self.failed_wave}" if self.failed_wave else "rollout"
         return f"{where}: {gate.get('gate', '?')} gate failed: {gate.get('message', '')}"
+
+    @property
+    def upgrade_failed(self) -> dict[str, str]:
+        """Nodes whose upgrade failed (kept drained), with why, as the rollout ended."""
+        upgrade = self.upgrade or {}
+        nodes = upgrade.get("nodes") or {}
+        return {n: str((nodes.get(n) or {}).get("reason") or "failed") for n in upgrade.get("failed") or []}
 
     def as_dict(self) -> dict[str, Any]:
         """For the store, `reconciler status` and the status page."""
