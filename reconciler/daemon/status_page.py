@@ -294,7 +294,10 @@ def _upgrade_table(upgrade: dict[str, Any] | None, in_flight: bool, now: float) 
         rows.append([f'<span class="badge {cls}">{_t(group.state)}</span>', str(group.count), nodes,
                      _t(upgrade_view.for_how_long(group, now))])
     head = _t(upgrade_view.headline(upgrade, in_flight))
-    return (f'<div class="upgrade"><h4>Upgrade, node by node ({head})</h4>'
+    found = upgrade_view.waiting(upgrade, in_flight)
+    note = (f'<p class="waiting">Not started: {_t(upgrade_view.waiting_text(found, now))}</p>'
+            if found is not None else "")
+    return (f'<div class="upgrade"><h4>Upgrade, node by node ({head})</h4>' + note
             + _table(["state", "nodes", "which", "in it"], rows, "upgrade") + "</div>")
 
 

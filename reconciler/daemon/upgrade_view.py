@@ -233,11 +233,37 @@ def headline(upgrade: dict[str, Any], in_flight: bool, commit: str | None = None
     return f"{where}: " + ", ".join(words) + (f"; at most {limit} out at a time" if limit is not None else "")
 
 
+def waiting(upgrade: dict[str, Any], in_flight: bool) -> dict[str, Any] | None:
+    """What the nodes not started wait for, as journalled (upgrade.waiting: a closed window, capacity, a pause),
+    while the upgrade is in flight; None otherwise or when it is garbled."""
+    found = upgrade.get("waiting") if in_flight else None
+    if not isinstance(found, dict) or not isinstance(found.get("why"), str):
+        return None
+    nodes = [str(n) for n in found.get("nodes") or [] if isinstance(n, str)]
+    return {"kind": "hold" if found.get("kind") == "hold" else "wait", "why": found["why"],
+            "until": _number(found.get("until")), "nodes": hostlist.compress(nodes) if nodes else ""}
+
+
+def waiting_text(found: dict[str, Any], now: float) -> str:
+    """One line: `gpu[05-16] held: <why> (until 2026-11-28 22:00 UTC, in 1h 20m)`."""
+    until = found.get("until")
+    when = ""
+    if until is not None:
+        stamp = time.strftime("%Y-%m-%d %H:%M %Z", time.localtime(until))
+        when = f" (until {stamp}, in {duration(max(0.0, until - now))})"
+    verb = "held" if found["kind"] == "hold" else "waiting"
+    return f"{found['nodes'] or 'nodes'} {verb}: {found['why']}{when}"
+
+
 def lines(upgrade: dict[str, Any], in_flight: bool, now: float | None = None,
           commit: str | None = None) -> list[str]:
-    """The upgrade part of `reconciler status`: a headline, then one line per state with its nodes and time."""
+    """The upgrade part of `reconciler status`: a headline, what the rest waits for, then one line per state with
+    its nodes and time."""
     now = time.time() if now is None else now
     out = [f"upgrade:        {headline(upgrade, in_flight, commit)}"]
+    found = waiting(upgrade, in_flight)
+    if found is not None:
+        out.append(f"  not started: {waiting_text(found, now)}")
     for group in groups(node_states(upgrade)):
         text = ", ".join(part_text(nodes, detail) for nodes, detail in group.parts)
         took = for_how_long(group, now)
@@ -251,6 +277,7 @@ def as_json(upgrade: dict[str, Any], in_flight: bool, now: float | None = None) 
     nodes = node_states(upgrade)
     return {
         "in_flight": in_flight,
+        "waiting": waiting(upgrade, in_flight),
         "max_unavailable": upgrade.get("max_unavailable"),
         "failed": list(upgrade.get("failed") or []),
         "states": [{"state": g.state, "count": g.count, "nodes": g.nodes,

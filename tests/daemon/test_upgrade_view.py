@@ -320,3 +320,31 @@ def test_promtool_upgrade_failed_alert_fires_for_the_failed_node_only(tmp_path: 
     tests.write_text(ALERT_TEST.format(rules=json.dumps(str(ALERTS))))
     out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- what the nodes not started wait for (issue 46)
+
+
+def test_what_the_rest_waits_for_is_shown_in_status_json_and_the_page_while_in_flight(tmp_path: Path) -> None:
+    now = time.time()
+    record = journal(now)
+    record["upgrade"]["waiting"] = {"kind": "hold", "why": "outside the maintenance windows <b>&",
+                                    "until": now + 3600, "nodes": ["gpu08", "gpu09", "gpu10"]}
+    store = Store(tmp_path / "state.db")
+    store.set(JOURNAL_KEY, record)
+    store.close()
+    text = cli("status", "--state-dir", str(tmp_path)).stdout
+    assert re.search(r"^  not started: gpu\[08-10\] held: outside the maintenance windows <b>& \(until "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d \S+, in (59|60) min\)$", text, re.M), text
+    data = json.loads(cli("status", "--state-dir", str(tmp_path), "--format", "json").stdout)
+    assert data["upgrade"]["waiting"] == {"kind": "hold", "why": "outside the maintenance windows <b>&",
+                                          "until": now + 3600, "nodes": "gpu[08-10]"}
+    page = render(load_snapshot(tmp_path / "state.db"))
+    assert "Not started: gpu[08-10] held: outside the maintenance windows &lt;b&gt;&amp;" in page
+    ended = upgrade_view.lines(record["upgrade"], False, now)  # an ended upgrade waits for nothing
+    assert not any("not started" in line for line in ended)
+
+
+def test_a_garbled_waiting_part_is_not_shown() -> None:
+    for garbled in ({"why": 3}, "held", {"kind": "hold"}):
+        assert upgrade_view.waiting({"nodes": {}, "waiting": garbled}, True) is None
