@@ -254,6 +254,13 @@ def apply(directory: str, yes: bool, limit: str | None, forks: int | None, max_u
         click.echo(render_text(result, colour=sys.stdout.isatty()), nl=False)
         if not result.has_changes:
             sys.exit(1 if result.errors or result.unreachable else 0)
+        from reconciler.rollout.windows import closed
+
+        shut = closed(run.ctx.state.rollout.windows, run.ctx.state.rollout.windows_apply_to)
+        if shut is not None:
+            click.echo("Nothing applied: outside the maintenance windows (rollout.windows_apply_to: all); "
+                       f"{shut.text()}.", err=True)
+            sys.exit(1)
         if not yes and not click.confirm("Apply these changes?", default=False):
             click.echo("Nothing applied.")
             sys.exit(1)

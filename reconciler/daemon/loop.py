@@ -19,7 +19,7 @@ import structlog
 
 from reconciler.checks import store as check_store
 from reconciler.common import clock
-from reconciler.daemon import notify
+from reconciler.daemon import notify, windows_view
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.leadership import MirroredJournal, fenced, take_over
@@ -46,6 +46,7 @@ from reconciler.engine.run import Reconcile, open_reconcile
 from reconciler.ha.lease import LeaseError
 from reconciler.ha.role import HighAvailability
 from reconciler.rollout.journal import JournalRefused
+from reconciler.rollout.windows import closed
 
 __all__ = ["LoopState", "Reconciler", "Target"]
 
@@ -253,11 +254,16 @@ class Reconciler:
              log: Any) -> Outcome:
         """Report the plan, or apply it: in waves for a new commit that rolls out progressively, else at once."""
         error = _plan_problems(plan)
+        rollout = target.loaded.state.rollout
+        windows_view.record(self.store, rollout)
         if mode == "report" or not plan.has_changes:
             return Outcome("drift" if plan.has_changes else ("partial" if error else "in-sync"), error)
         if not self.role.acts():
             return Outcome("drift", "not applied: this daemon lost the lease before applying")
-        rollout = target.loaded.state.rollout
+        shut = closed(rollout.windows, rollout.windows_apply_to)
+        if shut is not None:  # windows_apply_to: all; the next cycle looks again (a pending commit is retried)
+            return Outcome("drift", "not applied: outside the maintenance windows (rollout.windows_apply_to: all); "
+                                    + shut.text())
         if not is_drift and (rollout.waves == "progressive" or rollout.upgrade is not None):
             return self.apply.rollout(run, plan, target, run_id, log, error)  # reboots go node by node
         done = self.apply.apply(run, plan, log, error)

@@ -174,6 +174,20 @@ def _gates_twice(state: DesiredState) -> Iterator[Problem]:
         seen.setdefault(label, j)
 
 
+def _windows(state: DesiredState) -> Iterator[Problem]:
+    rollout = state.rollout
+    if "windows_apply_to" in rollout.model_fields_set and not rollout.windows:
+        yield ("rollout", "windows_apply_to"), ("windows_apply_to says what rollout.windows hold, and there are no "
+                                                "windows: add windows or drop windows_apply_to")
+    seen: dict[str, int] = {}
+    for j, window in enumerate(rollout.windows):
+        text = window.span().text()
+        if text in seen:
+            yield ("rollout", "windows", j), f"the same window as windows[{seen[text]}] ({text})"
+        seen.setdefault(text, j)
+
+
 def upgrade_problems(state: DesiredState) -> list[Problem]:
     """What `rollout.upgrade` names that does not exist, is not used, or works against the rest of the state."""
-    return [*_driver_package(state), *_reload(state), *_dcgm(state), *_nhc(state), *_gates_twice(state)]
+    return [*_driver_package(state), *_reload(state), *_dcgm(state), *_nhc(state), *_gates_twice(state),
+            *_windows(state)]

@@ -67,7 +67,21 @@ def _followups_text(plan: Plan) -> list[str]:
     if plan.rollout and plan.rollout.get("lines") and plan.has_changes:
         lines.append("\nRollout:")
         lines += [f"  - {text}" for text in plan.rollout["lines"]]
+        lines += _windows_text(plan.rollout.get("windows"), any(c.needs for c in plan.changing()))
     return lines
+
+
+def _windows_text(windows: dict[str, Any] | None, needs: bool) -> list[str]:
+    """The maintenance windows (PLAN.rollout["windows"], set by the rollout layer), and what waits for one now:
+    only what they hold (a plan without reboots is not held by windows that hold only reboots)."""
+    if not windows:
+        return []
+    line = f"  - maintenance windows ({windows['windows']}): {windows['text']}"
+    held = windows["holds"] == "every apply" or needs
+    if not windows["open"] and held:
+        what = "this commit" if windows["holds"] == "every apply" else "the reboots and driver reloads"
+        line += f"; {what} wait for it"
+    return [line]
 
 
 def _orchestrated_words(upgrade: dict[str, Any]) -> str:
@@ -201,7 +215,9 @@ def render_markdown(plan: Plan, *, title: str = "Reconciler plan", extra_section
     if needs:
         head += ["**Needs a reboot or driver reload**", ""] + [f"- {line}" for line in needs] + [""]
     if plan.rollout and plan.rollout.get("lines") and plan.has_changes:
-        head += ["**Rollout**", ""] + [f"- {line}" for line in plan.rollout["lines"]] + [""]
+        windows = _windows_text(plan.rollout.get("windows"), any(c.needs for c in plan.changing()))
+        head += (["**Rollout**", ""] + [f"- {line}" for line in plan.rollout["lines"]]
+                 + [f"- {line.removeprefix('  - ')}" for line in windows] + [""])
     if plan.unreachable:
         head += ["**Unreachable nodes**", ""] + [f"- `{n}`: {why}" for n, why in fold_reasons_by_node(plan.unreachable)]
         head.append("")

@@ -13,6 +13,7 @@ from reconciler.model.base import AbsPath, Strict, hostlist_expr
 from reconciler.model.bounds import GateTimeout, Soak
 from reconciler.model.slurm_upgrade import SlurmUpgrade
 from reconciler.model.upgrade import Upgrade
+from reconciler.model.windows import Window
 
 _STEP = re.compile(r"^(?:[1-9]\d*|[1-9]\d?%|100%)$")
 
@@ -61,6 +62,12 @@ class Rollout(Strict):
     gates: RolloutGates = Field(default_factory=RolloutGates)
     upgrade: Upgrade | None = Field(default=None, description="Changes that need a reboot or a driver reload go "
                                     "node by node (reconciler/model/upgrade.py); unset: they are held")
+    windows: list[Window] = Field(default_factory=list, description="Maintenance windows "
+                                  "(reconciler/model/windows.py): outside all of them no node starts an upgrade's "
+                                  "reboot or driver reload (a node already in one finishes it); none: always")
+    windows_apply_to: Literal["upgrades", "all"] = Field(default="upgrades", description="upgrades: the windows "
+                                                         "hold only reboots and driver reloads; all: no commit is "
+                                                         "applied outside them either")
     slurm_upgrade: SlurmUpgrade = Field(default_factory=SlurmUpgrade, description="A Slurm upgrade's own steps "
                                         "(reconciler/model/slurm_upgrade.py): the database backup before slurmdbd")
 

@@ -5,11 +5,13 @@ its interface (engine/workload.py), passed in by the caller."""
 
 from __future__ import annotations
 
+from reconciler.common import clock
 from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.workload import NodesView, WorkloadManager
 from reconciler.model.upgrade import gate_label
 from reconciler.rollout.waves import WavePlan, plan_waves
+from reconciler.rollout.windows import describe, state_at
 
 
 def bootstrap_reason(before: NodesView, slurm: list[str]) -> str | None:
@@ -38,4 +40,10 @@ def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
         plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable,
                                    "gates": [gate_label(g) for g in upgrade.gates]}
+    windows = ctx.state.rollout.windows
+    state = state_at(windows, clock.utcnow())
+    if state is not None:  # when the windows let what (the plan, the PR comment: as of when it was planned)
+        holds = "every apply" if ctx.state.rollout.windows_apply_to == "all" else "reboots and driver reloads"
+        plan.rollout["windows"] = {"windows": describe(windows), "holds": holds, "open": state.inside,
+                                   "text": state.text()}
     return waves

@@ -35,6 +35,7 @@ from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefor
 from reconciler.rollout.preview import bootstrap_reason
 from reconciler.rollout.upgrade import UpgradeMachine
 from reconciler.rollout.waves import WavePlan, plan_waves
+from reconciler.rollout.windows import WindowAdmission
 from reconciler.transport.base import Transport
 
 LATE_DRAINS = 2.0  # seconds between looks for drains Slurm records after the gate saw the first ones
@@ -261,7 +262,8 @@ class RolloutRunner:
     def _machine(self, record: RolloutJournal) -> UpgradeMachine:
         assert self.upgrade is not None
         hooks = self.site.hooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log)
-        admission = Admissions([*self.admissions, OwnCount(self.upgrade.max_unavailable)])
+        windows = WindowAdmission(self.new.state.rollout.windows)
+        admission = Admissions([*self.admissions, windows, OwnCount(self.upgrade.max_unavailable)])
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
                               record, self.log, self.options.should_stop, self.options.poll_interval, admission)
 

@@ -133,6 +133,37 @@ def test_nhc_timeout_without_the_nhc_gate_is_refused_and_with_it_loads(tmp_path:
                            "name: ib, timeout: 30s}, smoke]\n    nhc_timeout: 10m\n")
 
 
+@pytest.mark.parametrize(("window", "at", "says"), [
+    ("{days: [mon, fry], start: '22:00', end: '06:00'}", "days", "rollout.windows[0].days: unknown day 'fry': one "
+     "of mon, tue, wed, thu, fri, sat, sun, or a range like mon-fri"),
+    ("{start: '25:00', end: '06:00'}", "start", "rollout.windows[0].start: a time is HH:MM on a 24-hour clock "
+     "(00:00 to 24:00), got '25:00'"),
+    ("{start: '22:00', end: '22:00'}", "{start", "rollout.windows[0]: start and end are both 22:00: a window of no "
+     "time (or of a whole day: write 00:00 to 24:00)"),
+    ("{start: '22:00', end: '06:00', timezone: europe/berlin}", "timezone", "rollout.windows[0].timezone: unknown "
+     "time zone 'europe/berlin': an IANA name like Europe/Berlin or UTC (did you mean Europe/Berlin?)"),
+    ("{start: '22:00', end: '06:00', zone: UTC}", "zone", "rollout.windows[0].zone: unknown key (not allowed here) "
+     "(did you mean timezone?)"),
+    ("{days: [sat, sat-sun], start: '00:00', end: '24:00'}", "days", "rollout.windows[0].days: a day is listed "
+     "twice in ['sat', 'sat-sun']"),
+])
+def test_a_maintenance_window_is_checked_at_its_line(tmp_path: Path, window: str, at: str, says: str) -> None:
+    line = f"rollout: {{windows: [{window}]}}"
+    assert errors(tmp_path, line + "\n") == [f"files.yaml:1:{line.index(at) + 1} {says}"]
+
+
+def test_windows_apply_to_without_windows_and_a_window_twice_are_refused(tmp_path: Path) -> None:
+    assert errors(tmp_path, "rollout:\n  windows_apply_to: all\n") == [
+        "files.yaml:2:3 rollout.windows_apply_to: windows_apply_to says what rollout.windows hold, and there are no "
+        "windows: add windows or drop windows_apply_to"]
+    twice = "rollout:\n  windows:\n    - {days: mon-fri, start: '22:00', end: '06:00'}\n" \
+            "    - {days: [mon, tue, wed, thu, fri], start: '22:00', end: '06:00', timezone: UTC}\n"
+    assert errors(tmp_path / "twice", twice) == [
+        "files.yaml:4:7 rollout.windows[1]: the same window as windows[0] (mon,tue,wed,thu,fri 22:00-06:00 UTC)"]
+    loads(tmp_path / "ok", "rollout:\n  windows_apply_to: all\n  windows:\n    - {days: [sat, sun], start: "
+                           "'00:00', end: '24:00', timezone: Europe/Berlin}\n    - {start: '22:00', end: '06:00'}\n")
+
+
 def test_a_driver_package_only_ever_removed_is_refused(tmp_path: Path) -> None:
     got = errors(tmp_path, 'packages:\n  - {roles: [compute], packages: {nvidia-driver-standin: absent}}\n'
                            'rollout:\n  upgrade:\n    driver_package: nvidia-driver-standin\n')
