@@ -97,7 +97,7 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     except LockedError as exc:
         click.echo(f"error: {exc}", err=True)
         return 3
-    store = _open_store(config.state_path / "state.db")
+    store = open_store(config.state_path / "state.db")
     try:
         store.close_interrupted_runs()
         stop = threading.Event()
@@ -117,7 +117,8 @@ def _run_once(config: DaemonConfig, path: Path | None) -> int:
     return {"applied": 0, "in-sync": 0, "drift": 2}.get(outcome or "", 1)
 
 
-def _state_dir(config_path: str | None, state_dir: str | None) -> Path:
+def state_dir_of(config_path: str | None, state_dir: str | None) -> Path:
+    """The daemon's state directory: STATE_DIR, else the config's (at CONFIG_PATH or the default)."""
     if state_dir:
         return Path(state_dir)
     return _config_or_exit(config_path or DEFAULT_CONFIG).state_path
@@ -144,7 +145,7 @@ def _state_options(func: Any) -> Any:
     return func
 
 
-def _open_store(path: Path) -> Any:
+def open_store(path: Path) -> Any:
     """The state database, or a clear error when SQLite cannot read it (no traceback)."""
     import sqlite3
 
@@ -164,7 +165,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
 
     if not (state_dir / "state.db").exists():
         raise click.ClickException(f"no daemon state in {state_dir} (has `reconciler run` started?)")
-    store = _open_store(state_dir / "state.db")
+    store = open_store(state_dir / "state.db")
     try:
         last = store.last_run()
         data: dict[str, Any] = {
@@ -211,7 +212,7 @@ def _failing_checks(store: Any) -> list[dict[str, Any]]:
 @_state_options
 def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
     """Show the applied commit, the newest commit and its validity, the last run, drift and failing checks."""
-    data = status_data(_state_dir(config_path, state_dir))
+    data = status_data(state_dir_of(config_path, state_dir))
     if fmt == "json":
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -314,10 +315,10 @@ def history(config_path: str | None, state_dir: str | None, fmt: str, limit: int
     from reconciler.daemon.peers import merge, peer_runs
     from reconciler.ha.role import HA_KEY, default_name
 
-    path = _state_dir(config_path, state_dir) / "state.db"
+    path = state_dir_of(config_path, state_dir) / "state.db"
     if not path.exists():
         raise click.ClickException(f"no daemon state at {path}")
-    store = _open_store(path)
+    store = open_store(path)
     try:
         runs = store.runs(limit)
         rollouts = {r["run_id"]: r for r in store.rollouts(limit)}
@@ -363,7 +364,7 @@ def rollout() -> None:
 @_state_options
 def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
     """The rollout in flight, the last one with its timeline, and the commits rolled back."""
-    data = status_data(_state_dir(config_path, state_dir))
+    data = status_data(state_dir_of(config_path, state_dir))
     keys = ("rollout_in_flight", "last_rollout", "rolled_back", "upgrade")
     if fmt == "json":
         click.echo(json.dumps({k: data[k] for k in keys}, indent=2, default=str))
@@ -379,10 +380,10 @@ def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> 
 def rollout_retry(commit: str, config_path: str | None, state_dir: str | None) -> None:
     """Let the daemon try a rolled-back COMMIT (a prefix) again at its next cycle."""
 
-    path = _state_dir(config_path, state_dir) / "state.db"
+    path = state_dir_of(config_path, state_dir) / "state.db"
     if not path.exists():
         raise click.ClickException(f"no daemon state at {path}")
-    store = _open_store(path)
+    store = open_store(path)
     try:
         forgotten = store.retry_commit(commit)
     finally:

@@ -326,13 +326,15 @@ def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
 
 
 def _register_daemon() -> None:
-    """Attach the daemon commands (run, status, history)."""
+    """Attach the daemon commands (run, status, history, upgrade)."""
     from reconciler.cli.daemon import COMMANDS
     from reconciler.cli.importer import import_command
+    from reconciler.cli.upgrade import upgrade
 
     for command in COMMANDS:
         main.add_command(command)
     main.add_command(import_command)
+    main.add_command(upgrade)  # the operator's pause / resume / skip / retry of the daemon's upgrade
 
 
 def _register_checks() -> None:

@@ -18,6 +18,7 @@ import structlog
 
 from reconciler.common import clock
 from reconciler.daemon.loop_state import LoopHost
+from reconciler.daemon.operator import PairCarrier
 from reconciler.daemon.rollouts import JOURNAL_KEY, StoreJournal
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.desired.inventory import NodeSpec, node_specs
@@ -68,7 +69,8 @@ def make_ha(reconciler: LoopHost, wake: threading.Event) -> HighAvailability | N
     ha = HighAvailability(name, cfg.lease_node, cfg.lease_dir, float(cfg.seconds("lease_duration")),
                           float(cfg.seconds("renew_interval")), connect,
                           address=f"http://{listen}" if listen else None, on_change=changed, publish=publish,
-                          fence_dir=cfg.fence_dir)
+                          fence_dir=cfg.fence_dir,
+                          operator=PairCarrier(reconciler.config.state_path / "state.db"))
     reconciler.metrics.set_leader(name, False)
     return ha
 

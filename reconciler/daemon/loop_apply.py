@@ -14,6 +14,7 @@ from reconciler.daemon.leadership import MirroredJournal, fenced, mirror
 from reconciler.daemon.loop_core import Common, Notices, Role, new_run_id, step_fields
 from reconciler.daemon.loop_schedule import Schedule
 from reconciler.daemon.loop_state import LoopState, Target
+from reconciler.daemon.operator import StoreDesk
 from reconciler.daemon.rollouts import outcome_of, rolled_back_record
 from reconciler.daemon.sessions import Sessions
 from reconciler.daemon.store import PENDING_FOLLOWUPS
@@ -116,7 +117,8 @@ class Applying:
         return RolloutRunner(target.loaded, previous.loaded if previous else None, transport, self.options(),
                              MirroredJournal(self.common.store, self.role.ha), slurm_site(),
                              log=lambda line: log.info("rollout.step", step=line),
-                             on_event=lambda kind, data: self.rollout_event(kind, data, target))
+                             on_event=lambda kind, data: self.rollout_event(kind, data, target),
+                             operator=StoreDesk(self.common.store.path))
 
     def _finish_rollout(self, result: RolloutResult, run_id: str, started: float) -> None:
         """Record the rollout, remember a rolled-back commit, reset the wave gauge."""

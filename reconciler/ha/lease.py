@@ -9,7 +9,8 @@ expires every lease. The same directory keeps the leader's crash journal, writte
 holder, so a successor can finish what its predecessor left in flight.
 
 Files in `dir` on the lease node: lease.json (holder, epoch, expiry), lease.lock, leases.log (one line per new
-term or release), journal.json (the crash journal: rollout in flight, follow-ups, applied commit, writer's epoch).
+term or release), journal.json (the crash journal: rollout in flight, follow-ups, applied commit, writer's epoch),
+operator.json (operator commands carried by any daemon's renewal, until the holder's renewal takes them).
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ elif op == "save":
         save("journal.json", journal)
 if op == "load":
     out["journal"] = load("journal.json", {})
+if req.get("requests") or (op == "acquire" and out.get("granted")):
+    # operator commands (`reconciler upgrade ...`) given on either login node wait here for the holder
+    waiting = load("operator.json", []) + list(req.get("requests") or [])
+    if op == "acquire" and out.get("granted"):
+        out["requests"], waiting = waiting, []
+    if waiting or out.get("requests"):
+        save("operator.json", waiting)
 out.update(holder=lease.get("holder") if live else None, epoch=lease.get("epoch", 0),
            expires_in=max(0.0, lease.get("expires", 0.0) - now) if live else 0.0, since=lease.get("since"),
            address=lease.get("address") if live else None, last_holder=lease.get("holder"))
@@ -103,6 +111,7 @@ class LeaseView:
     last_holder: str | None = None
     journal: dict[str, Any] | None = None
     granted: bool = False  # an acquire that took or renewed the lease for the asker
+    operator: list[dict[str, Any]] | None = None  # operator commands the holder's renewal took (daemon/operator.py)
 
 
 class LeaseStore:
@@ -126,4 +135,5 @@ class LeaseStore:
         return LeaseView(holder=answer.get("holder"), epoch=int(answer.get("epoch") or 0),
                          expires_in=float(answer.get("expires_in") or 0.0), since=answer.get("since"),
                          address=answer.get("address"), last_holder=answer.get("last_holder"),
-                         journal=answer.get("journal"), granted=bool(answer.get("granted")))
+                         journal=answer.get("journal"), granted=bool(answer.get("granted")),
+                         operator=answer.get("requests"))

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -27,16 +27,31 @@ HA_KEY = "ha"  # state-database key: this daemon's role as `reconciler status` s
 Connect = Callable[[], AbstractContextManager[tuple[Transport, NodeSpec] | None]]
 
 
+class Operator(Protocol):
+    """The operator commands a renewal carries (daemon/operator.py, over this daemon's state database)."""
+
+    def outbox(self) -> list[dict[str, Any]]:
+        """Commands given at this login node, for the leader."""
+
+    def carried(self, sent: list[dict[str, Any]]) -> None:
+        """SENT is on the lease node now."""
+
+    def take(self, requests: list[dict[str, Any]]) -> None:
+        """The holder takes REQUESTS from the lease node."""
+
+
 class HighAvailability:
     """Lease renewal, role, fence and crash journal of one daemon of a pair."""
 
     def __init__(self, name: str, lease_node: str | None, lease_dir: str, duration: float, renew_every: float,
                  connect: Connect, *, address: str | None = None, on_change: Callable[[], None] = lambda: None,
-                 publish: Callable[[dict[str, Any]], None] = lambda _: None, fence_dir: str | None = None) -> None:
+                 publish: Callable[[dict[str, Any]], None] = lambda _: None, fence_dir: str | None = None,
+                 operator: Operator | None = None) -> None:
         self.name, self.lease_node, self.duration, self.renew_every = name, lease_node, duration, renew_every
         self.address, self.fence_dir = address, fence_dir  # fence_dir: where nodes keep epochs (None: default)
         self.store = LeaseStore(lease_dir, timeout=max(2.0, renew_every))
         self.connect, self.on_change, self.publish = connect, on_change, publish
+        self.operator = operator  # carries operator commands to the lease node; the leader takes them there
         self.margin = min(1.0, duration / 10)
         self.log = structlog.get_logger("reconciler")
         self._lock = threading.RLock()
@@ -58,13 +73,18 @@ class HighAvailability:
                 return  # no desired state loaded yet: the lease node is not known
             transport, node = pair
             sent = time.monotonic()
+            outbox = self.operator.outbox() if self.operator else []
             try:
                 view = self.store.call(transport, node, {"op": "acquire", "holder": self.name, "epoch": self.epoch,
                                                          "duration": self.duration, "address": self.address,
-                                                         "floor": self.floor})
+                                                         "floor": self.floor, "requests": outbox})
             except LeaseError as exc:
                 self._failed(str(exc))
                 return
+        if self.operator:  # on the lease node now; the holder's requests are its own to take
+            self.operator.carried(outbox)
+            if view.operator:
+                self.operator.take(view.operator)
         changed = False
         with self._lock:
             self.ticked, self.error, self.view = True, None, view

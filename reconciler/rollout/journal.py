@@ -43,18 +43,19 @@ class UpgradeState(StrEnum):
     ROLLING_BACK = "rolling-back"
     ROLLED_BACK = "rolled-back"
     ROLLBACK_FAILED = "rollback-failed"
+    SKIPPED = "skipped"  # the operator's `reconciler upgrade skip`: left on the old version (version 2)
 
 
 S = UpgradeState
 STATES = tuple(s.value for s in UpgradeState)
-FINAL = frozenset({S.DONE, S.FAILED, S.ROLLED_BACK, S.ROLLBACK_FAILED})
+FINAL = frozenset({S.DONE, S.FAILED, S.ROLLED_BACK, S.ROLLBACK_FAILED, S.SKIPPED})
 _FORWARD = frozenset({S.REQUIRED, S.DRAINING, S.WAITING_FOR_JOBS, S.APPLYING, S.REBOOTING, S.RELOADING,
                       S.VALIDATING})
 # Where each state may go (upgrade.py's steps). Any forward state may fail. Any state but the rollback's own ends
 # may start a rollback: the machine rolls back only nodes it applied something on (from applying on), but a node's
 # state is not what decides that, its journalled undo is.
 TRANSITIONS: dict[UpgradeState, frozenset[UpgradeState]] = {
-    S.REQUIRED: frozenset({S.DRAINING}),
+    S.REQUIRED: frozenset({S.DRAINING, S.SKIPPED}),  # skipped: the operator's, before the node started
     S.DRAINING: frozenset({S.WAITING_FOR_JOBS, S.REQUIRED}),  # back to required: an admin's drain, not upgraded
     S.WAITING_FOR_JOBS: frozenset({S.APPLYING}),
     S.APPLYING: frozenset({S.REBOOTING, S.RELOADING, S.VALIDATING}),  # validating: nothing was left to apply
@@ -62,14 +63,16 @@ TRANSITIONS: dict[UpgradeState, frozenset[UpgradeState]] = {
     S.RELOADING: frozenset({S.VALIDATING}),
     S.VALIDATING: frozenset({S.DONE}),
     S.DONE: frozenset(),
-    S.FAILED: frozenset(),
+    S.FAILED: frozenset({S.REQUIRED}),  # the operator's retry: through the machine again
     S.ROLLING_BACK: frozenset({S.ROLLED_BACK, S.ROLLBACK_FAILED}),
     S.ROLLED_BACK: frozenset(),
     S.ROLLBACK_FAILED: frozenset(),
+    S.SKIPPED: frozenset(),
 }
 for _state in UpgradeState:
     TRANSITIONS[_state] |= ({S.FAILED} if _state in _FORWARD else frozenset())
-    TRANSITIONS[_state] |= frozenset() if _state in (S.ROLLED_BACK, S.ROLLBACK_FAILED) else {S.ROLLING_BACK}
+    TRANSITIONS[_state] |= frozenset() if _state in (S.ROLLED_BACK, S.ROLLBACK_FAILED, S.SKIPPED) \
+        else {S.ROLLING_BACK}
 
 
 class IllegalTransition(ValueError):
@@ -128,6 +131,19 @@ class Waiting(_Model):
     nodes: list[str] = Field(default_factory=list)
 
 
+class OperatorAct(_Model):
+    """An operator's command as the machine acted on it (version 2): pause, resume, skip or retry, by whom, why,
+    when it was given and when and how the machine acted on it."""
+
+    op: str
+    node: str | None = None
+    who: str = ""
+    reason: str = ""
+    at: float | None = None  # given
+    done: float | None = None  # acted on
+    effect: str = ""
+
+
 class UpgradeRecord(_Model):
     """The upgrade machine's part of the journal."""
 
@@ -136,6 +152,7 @@ class UpgradeRecord(_Model):
     work: dict[str, NodeWork] = Field(default_factory=dict)
     max_unavailable: int | str | None = None
     waiting: Waiting | None = None  # version 2
+    operator: list[OperatorAct] = Field(default_factory=list)  # version 2: the operator's commands acted on
 
     def summary(self) -> dict[str, Any]:
         """The node states, failed and the limit, for the rollout's record (the undo commands stay out)."""
@@ -230,6 +247,8 @@ def encode(journal: RolloutJournal) -> dict[str, Any]:
             del data[key]
     if data.get("upgrade") and data["upgrade"].get("waiting") is None:
         del data["upgrade"]["waiting"]
+    if data.get("upgrade") and not data["upgrade"].get("operator"):
+        del data["upgrade"]["operator"]
     for work in (data.get("upgrade") or {}).get("work", {}).values():
         if not work["failed"]:
             del work["failed"]

@@ -32,6 +32,7 @@ from reconciler.engine.run import open_reconcile
 from reconciler.engine.workload import GateResult, NodesView, RolloutSite, WorkloadManager, new_drains
 from reconciler.rollout.admission import Admission, Admissions, OwnCount
 from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefore, SeenNode
+from reconciler.rollout.operator import Desk, PauseAdmission
 from reconciler.rollout.preview import bootstrap_reason
 from reconciler.rollout.upgrade import UpgradeMachine
 from reconciler.rollout.waves import WavePlan, plan_waves
@@ -95,10 +96,12 @@ class RolloutRunner:
     def __init__(self, new: LoadedState, old: LoadedState | None, transport: Transport, options: ApplyOptions,
                  journal: Journal, site: RolloutSite, log: Log = lambda _: None,
                  on_event: Callable[[str, dict[str, Any]], None] = lambda kind, data: None,
-                 admissions: Sequence[Admission] = ()) -> None:
+                 admissions: Sequence[Admission] = (), operator: Desk | None = None) -> None:
         self.new, self.old, self.transport, self.options = new, old, transport, options
-        # asked before the upgrade machine takes each node out (admission.py): the caller's policies first
-        self.admissions = list(admissions)
+        # asked before the upgrade machine takes each node out (admission.py): the operator's pause, then the
+        # caller's policies; the operator's skips and retries go to the machine (operator.py)
+        self.operator = operator
+        self.admissions = ([PauseAdmission(operator)] if operator else []) + list(admissions)
         self.journal, self.log, self.on_event = journal, log, on_event
         # what the rollout needs of the cluster (drivers, workload manager, gates, upgrade hooks): its callers' word
         self.site, self.workload = site, site.workload
@@ -265,7 +268,8 @@ class RolloutRunner:
         windows = WindowAdmission(self.new.state.rollout.windows)
         admission = Admissions([*self.admissions, windows, OwnCount(self.upgrade.max_unavailable)])
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
-                              record, self.log, self.options.should_stop, self.options.poll_interval, admission)
+                              record, self.log, self.options.should_stop, self.options.poll_interval, admission,
+                              self.operator)
 
     def _upgrade(self, held: list[str], record: RolloutJournal,
                  entry: dict[str, Any]) -> tuple[GateResult | None, set[str]]:

@@ -36,11 +36,13 @@ from reconciler.rollout.journal import (
     Journal,
     NodeEntry,
     NodeWork,
+    OperatorAct,
     RolloutJournal,
     UpgradeRecord,
     Waiting,
 )
 from reconciler.rollout.journal import UpgradeState as S
+from reconciler.rollout.operator import Desk, NoDesk
 from reconciler.transport.base import Transport
 
 __all__ = ["FINAL", "STATES", "Hooks", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
@@ -81,10 +83,11 @@ class UpgradeMachine:
     def __init__(self, config: Upgrade, hooks: Hooks, transport: Transport, specs: dict[str, NodeSpec],
                  journal: Journal, record: RolloutJournal, log: Log = lambda _: None,
                  should_stop: Callable[[], bool] = lambda: False, poll: float = 1.0,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, operator: Desk | None = None) -> None:
         self.config, self.hooks, self.transport, self.specs = config, hooks, transport, specs
         # asked before each node starts (admission.py): the site's windows, capacity and operator, else a count
         self.admission: Admission = admission or OwnCount(config.max_unavailable)
+        self.operator: Desk = operator or NoDesk()  # skip / retry requests (operator.py; pause is an admission)
         self.journal, self.record, self.log, self.should_stop, self.poll = journal, record, log, should_stop, poll
         self.lock = threading.Lock()
         self.upgrade: UpgradeRecord = record.upgrading()
@@ -181,6 +184,7 @@ class UpgradeMachine:
                                                       boot_id=None, jobs=0))
             self._save()
         outcome = UpgradeOutcome()
+        self._operator_acts([], set())  # what the operator asked while no machine ran (a retry: required again)
         started = [n for n in self.in_flight() if self.nodes[n].state != S.REQUIRED]
         waiting = [n for n in nodes if n not in started and self.nodes[n].state == S.REQUIRED]
         order = started + self._idle_first(waiting)
@@ -194,8 +198,8 @@ class UpgradeMachine:
                 outcome.done.append(node)
             elif entry.state == S.FAILED:
                 outcome.failed[node] = entry.reason or "failed"
-            elif entry.state == S.REQUIRED and entry.reason:
-                outcome.skipped[node] = entry.reason
+            elif entry.state == S.REQUIRED and entry.reason or entry.state == S.SKIPPED:
+                outcome.skipped[node] = entry.reason or "skipped"
         if self._over_budget() and not outcome.stopped:
             outcome.over_budget = True
             reached = [n for n, w in self.work.items() if w.undo is not None]
@@ -218,6 +222,7 @@ class UpgradeMachine:
             while pending or running:
                 if self._over_budget() or self.should_stop():
                     break
+                pending = self._operator_acts(pending, set(running.values()))
                 waiting: Verdict | None = None
                 for node in list(pending):
                     verdict = GO if node in started else self.admission.admit(node, sorted(running.values()))
@@ -237,6 +242,33 @@ class UpgradeMachine:
                     self._wait(self.should_stop, self.poll)
             wait(running)
         self._waiting(None, [])
+
+    def _operator_acts(self, pending: list[str], running: set[str]) -> list[str]:
+        """The operator's skips (a node not started leaves PENDING) and retries (a failed node, uncounted, into
+        PENDING again); others refused; each journalled (operator.py). The nodes left to start."""
+        requests = self.operator.requests()
+        for op, asked in (("skip", requests.skip), ("retry", requests.retry)):
+            for node, request in sorted(asked.items()):
+                entry = self.nodes.get(node)
+                state = entry.state if entry is not None else None
+                if op == "skip" and state == S.REQUIRED and node not in running:
+                    pending, effect = [n for n in pending if n != node], "skipped: left on the old version"
+                    self._set(node, S.SKIPPED, reason=f"skipped by the operator ({request.by()})")
+                elif op == "retry" and state == S.FAILED:
+                    with self.lock:
+                        self.upgrade.failed = [n for n in self.upgrade.failed if n != node]
+                        if node in self.work:
+                            self.work[node].failed = False
+                    self._set(node, S.REQUIRED, reason=None, jobs=0)
+                    pending, effect = [*pending, node], "retried: through the machine again"
+                else:
+                    effect = f"refused: the node is {state.value if state else 'not in this upgrade'}"
+                with self.lock:
+                    self.upgrade.operator.append(OperatorAct(done=time.time(), effect=effect, **request.as_dict()))
+                    self._save()
+                self.log(f"upgrade: {node}: operator {op} ({request.by()}): {effect}")
+                self.operator.acted(op, node, effect)
+        return pending
 
     def _waiting(self, verdict: Verdict | None, pending: list[str]) -> None:
         """Journal what the nodes not started wait for (None: nothing), once per change."""

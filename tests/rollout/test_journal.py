@@ -201,9 +201,12 @@ def test_a_journal_that_does_not_parse_is_refused_naming_where_and_nothing_chang
 def test_every_state_has_its_transitions_and_the_final_ones_lead_nowhere_but_a_rollback() -> None:
     assert set(TRANSITIONS) == set(UpgradeState)
     assert J.STATES[0] == "upgrade-required" and len(J.STATES) == len(UpgradeState)
-    for final in (S.ROLLED_BACK, S.ROLLBACK_FAILED):
+    for final in (S.ROLLED_BACK, S.ROLLBACK_FAILED, S.SKIPPED):
         assert TRANSITIONS[final] == frozenset()
-    assert TRANSITIONS[S.DONE] == TRANSITIONS[S.FAILED] == frozenset({S.ROLLING_BACK})
+    assert TRANSITIONS[S.DONE] == frozenset({S.ROLLING_BACK})
+    # the operator's retry (issue 46 item 4) is the one way out of failed but a rollback
+    assert TRANSITIONS[S.FAILED] == frozenset({S.ROLLING_BACK, S.REQUIRED})
+    assert S.SKIPPED in TRANSITIONS[S.REQUIRED] and S.SKIPPED in J.FINAL
 
 
 @pytest.mark.parametrize("old,new", [(S.DONE, S.DRAINING), (S.REQUIRED, S.REBOOTING), (S.ROLLED_BACK, S.FAILED),

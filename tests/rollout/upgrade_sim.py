@@ -20,6 +20,7 @@ from reconciler.engine.upgrade_steps import ReloadSteps
 from reconciler.model.upgrade import Upgrade
 from reconciler.rollout.admission import Admission
 from reconciler.rollout.journal import RolloutJournal, decode, encode
+from reconciler.rollout.operator import Desk
 from reconciler.rollout.upgrade import Hooks, Prepared, UpgradeMachine
 from tests.ha.local_shell import LocalShell, spec
 
@@ -118,13 +119,15 @@ class Sim:
                      fail=fail)
 
     def machine(self, config: dict[str, Any], journal: FileJournal, record: RolloutJournal | None = None,
-                transport: LocalShell | None = None, admission: Admission | None = None) -> UpgradeMachine:
-        """A machine over a real local shell, its record in JOURNAL (ADMISSION: asked before each node)."""
+                transport: LocalShell | None = None, admission: Admission | None = None,
+                operator: Desk | None = None) -> UpgradeMachine:
+        """A machine over a real local shell, its record in JOURNAL (ADMISSION: asked before each node; OPERATOR:
+        the operator's skips and retries)."""
         transport = transport or LocalShell()
         specs = {n: spec(n) for n in [*self.names, "ctl"]}
         return UpgradeMachine(Upgrade.model_validate(config), self.hooks(transport), transport, specs, journal,
                               record if record is not None else RolloutJournal(commit="c0ffee"), poll=0.05,
-                              admission=admission)
+                              admission=admission, operator=operator)
 
 
 def main(argv: list[str]) -> int:
