@@ -25,7 +25,7 @@ from typing import Any
 
 from reconciler.daemon.store import JOURNAL_KEY, connect
 from reconciler.rollout.journal import glance
-from reconciler.rollout.operator import Request, Requests
+from reconciler.rollout.operator import Request, Requests, pause_why
 
 KEY = "upgrade_operator"
 HISTORY = 200
@@ -206,3 +206,40 @@ class PairCarrier:
     def take(self, requests: list[dict[str, Any]]) -> None:
         """Into the leader's row, each checked."""
         take(self.path, requests)
+
+
+# ---------------------------------------------------------------- what status and the page show
+
+
+def shown(row: Any, last: int = 5) -> dict[str, Any]:
+    """The row as status shows it: the pause, the skips and retries not yet acted on, the LAST acts done."""
+    requests = load(row)
+    history = (row or {}).get("history") if isinstance(row, dict) else None
+    outbox = (row or {}).get("outbox") if isinstance(row, dict) else None
+    return {"paused": requests.pause.as_dict() if requests.pause else None,
+            "asked": [r.as_dict() for r in [*requests.skip.values(), *requests.retry.values()]],
+            "outbox": [r for r in outbox or [] if isinstance(r, dict)],
+            "history": [h for h in (history or [])[-last:] if isinstance(h, dict)]}
+
+
+def status_lines(data: dict[str, Any] | None) -> list[str]:
+    """`reconciler status` lines for SHOWN data (none when the operator never gave a command)."""
+    if not data:
+        return []
+    out = []
+    if data.get("paused"):
+        out.append(f"upgrade:        PAUSED: {pause_why(Request.from_dict(data['paused']))} "
+                   "(`reconciler upgrade resume` lifts it)")
+    for key, what in (("asked", "not yet acted on"), ("outbox", "not yet carried to the leader")):
+        for asked in data.get(key) or []:
+            request = Request.from_dict(asked)
+            out.append(f"  operator asked: {_what(request)} ({request.by()}), {what}")
+    for done in data.get("history") or []:
+        request = Request.from_dict(done)
+        stamp = time.strftime("%H:%M:%S UTC", time.gmtime(float(done.get("done") or 0)))
+        out.append(f"  operator {_what(request)} ({request.by()}) {stamp}: {done.get('effect')}")
+    return out
+
+
+def _what(request: Request) -> str:
+    return f"{request.op} {request.node}" if request.node else request.op

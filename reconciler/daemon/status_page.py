@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reconciler.daemon import operator as operator_view
 from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
@@ -92,6 +93,7 @@ class Snapshot:
     peer_runs: list[tuple[str, RunRecord]] = field(default_factory=list)
     peer_errors: dict[str, str] = field(default_factory=dict)  # peer -> why its runs are missing
     promotion: dict[str, Any] | None = None  # cluster, promotion decision, lags (promotion_view.load)
+    operator: dict[str, Any] | None = None  # the operator's pause, requests, acts (operator_view.shown)
 
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
@@ -110,6 +112,7 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
         snap.rollouts, snap.rolled_back = store.rollouts(MAX_ROLLOUTS), store.rolled_back()
         snap.ha = store.get(HA_KEY)
         snap.promotion = promotion_view.load(store)
+        snap.operator = operator_view.shown(store.get(operator_view.KEY))
         drained = store.get(DRAINED_KEY) or {}
         snap.drained_view = drained
         snap.drained_at = drained.get("at")
@@ -311,6 +314,9 @@ def _rollout_section(s: Snapshot) -> str:
         parts.append(f'<p><span class="badge drift">in flight</span> {_commit(flight.commit)} wave '
                      f'{index + 1} of {len(sets)} (<code>{_t(nodes)}</code>): {_t(flight.phase)}</p>')
         parts.append(_upgrade_table(upgrade_view.in_flight_upgrade(s.rollout_in_flight), True, s.generated))
+    said = operator_view.status_lines(s.operator)
+    if said:  # the operator's pause, requests and acts (`reconciler upgrade ...`)
+        parts.append(f'<pre class="operator">{_t(chr(10).join(line.strip() for line in said))}</pre>')
     for number, record in enumerate(s.rollouts):
         status = str(record.get("status"))
         cls = {"complete": "applied", "rolled-back": "failed", "rollback-failed": "failed"}.get(status, "partial")

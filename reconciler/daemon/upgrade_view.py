@@ -25,7 +25,8 @@ from reconciler.rollout.journal import STATES, glance
 
 # STATES: the machine's states in the order a node goes through them (status lists states in this order).
 # where the node's reason says why (upgrade-required: why it was skipped, e.g. an admin's drain)
-REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back", "rollback-failed"})
+REASON_STATES = frozenset({"upgrade-required", "failed", "rolling-back", "rolled-back", "rollback-failed",
+                           "skipped"})  # skipped: by whom and why (the operator's `reconciler upgrade skip`)
 JOB_STATES = frozenset({"draining", "waiting-for-jobs"})  # where the node's running jobs are worth a word
 RELEASED = "released"  # not a machine state: an ended upgrade's node that a human has taken over since
 VIEW_STATES = (*STATES, RELEASED)

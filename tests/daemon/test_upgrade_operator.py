@@ -200,3 +200,29 @@ def test_a_command_given_on_the_standby_reaches_the_leader_through_the_lease_nod
     assert "n1" not in taken.get("retry", {})
     assert taken["history"][-1]["effect"].startswith("refused: n1 is upgrade-required, not failed")
     assert StoreDesk(leader_store.path).requests().skip["n1"].by() == "alice: rma"
+
+
+def test_status_json_and_the_page_show_the_pause_the_requests_and_a_skipped_node(tmp_path: Path) -> None:
+    from reconciler.daemon.status_page import load_snapshot, render
+
+    store = Store(tmp_path / "state.db")
+    journal_with(store, {"n1": S.REQUIRED, "n2": S.REQUIRED, "n3": S.FAILED})
+    ask(store.path, "pause", reason="switch firmware")
+    ask(store.path, "skip", "n1", reason="rma")
+    StoreDesk(store.path).acted("skip", "n1", "skipped: left on the old version")
+    record = store.get(JOURNAL_KEY)
+    record["upgrade"]["nodes"]["n1"].update(state="skipped", reason="skipped by the operator (alice: rma)")
+    store.set(JOURNAL_KEY, record)
+    ask(store.path, "retry", "n3")
+    runner = CliRunner()
+    out = runner.invoke(main, ["status", "--state-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "upgrade:        PAUSED: paused by the operator (alice: switch firmware) at " in out.output
+    assert "operator asked: retry n3 (alice), not yet acted on" in out.output
+    assert "operator skip n1 (alice: rma) " in out.output and ": skipped: left on the old version" in out.output
+    assert "skipped by the operator (alice: rma)" in out.output  # the node's state line (upgrade_view)
+    data = json.loads(runner.invoke(main, ["status", "--state-dir", str(tmp_path), "--format", "json"]).output)
+    assert data["operator"]["paused"]["reason"] == "switch firmware"
+    assert [(a["op"], a["node"]) for a in data["operator"]["asked"]] == [("retry", "n3")]
+    page = render(load_snapshot(store.path))
+    assert "paused by the operator (alice: switch firmware)" in page and "operator asked: retry n3" in page
