@@ -185,7 +185,7 @@ def status_data(state_dir: Path) -> dict[str, Any]:
             "ha_takeover": store.get("ha_takeover"),
             "drained_nodes": store.get(DRAINED_KEY),
             "windows": windows_view.status_json(store.get(windows_view.WINDOWS_KEY), time.time()),
-            "operator": operator_view.shown(store.get(operator_view.KEY)),
+            "upgrade_operator": operator_view.shown(store.get(operator_view.KEY)),
         }
         promotion = promotion_view.load(store)
         if promotion["cluster"]:  # a cluster of a multi-cluster repository: its promotion too
@@ -247,8 +247,8 @@ def status(config_path: str | None, state_dir: str | None, fmt: str) -> None:
     click.echo(f"failing checks: {len(checks)}" + (":" if checks else ""))
     for check in checks:
         click.echo(f"  {check['node']}  {check['check']}: {check['message']}")
-    for line in windows_view.status_line(data.get("windows")) + operator_view.status_lines(data.get("operator")) \
-            + rollout_lines(data):
+    said = operator_view.status_lines(data.get("upgrade_operator"))
+    for line in windows_view.status_line(data.get("windows")) + said + rollout_lines(data):
         click.echo(line)
     if data.get("state_recovered"):
         recovered = data["state_recovered"]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from reconciler.rollout.admission import GO, Verdict
+from reconciler.rollout.journal import UpgradeRecord
+from reconciler.rollout.journal import UpgradeState as S
 
 OPS = ("pause", "resume", "skip", "retry")
 
@@ -92,3 +94,10 @@ class PauseAdmission:
         """Hold while paused, else go."""
         pause = self.desk.requests().pause
         return GO if pause is None else Verdict("hold", pause_why(pause))
+
+
+def retried(upgrade: UpgradeRecord) -> list[str]:
+    """Nodes the operator's retry put back to upgrade-required and not started since: the machine takes them
+    again although the caller's plan no longer holds a change for them (their package went in before they failed)."""
+    acts = {a.node for a in upgrade.operator if a.op == "retry" and a.node and a.effect.startswith("retried")}
+    return sorted(n for n in acts if n in upgrade.nodes and upgrade.nodes[n].state == S.REQUIRED)

@@ -276,7 +276,8 @@ class RolloutRunner:
         """The wave's nodes whose changes need a reboot/driver reload (and any a killed process left in flight)
         through the upgrade machine; a failed gate past the failure budget, and the nodes left out of the gates."""
         machine = self._machine(record)
-        nodes = held + [n for n in machine.in_flight() if n not in held]
+        # and the failed nodes the operator asked to retry (no change of theirs is held: it went in before they failed)
+        nodes = held + [n for n in [*machine.in_flight(), *machine.operator.requests().retry] if n not in held]
         if not nodes:
             return None, set()
         self.log(f"rollout: upgrading {hostlist.compress(nodes)} node by node "

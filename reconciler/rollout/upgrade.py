@@ -42,7 +42,7 @@ from reconciler.rollout.journal import (
     Waiting,
 )
 from reconciler.rollout.journal import UpgradeState as S
-from reconciler.rollout.operator import Desk, NoDesk
+from reconciler.rollout.operator import Desk, NoDesk, retried
 from reconciler.transport.base import Transport
 
 __all__ = ["FINAL", "STATES", "Hooks", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
@@ -185,6 +185,7 @@ class UpgradeMachine:
             self._save()
         outcome = UpgradeOutcome()
         self._operator_acts([], set())  # what the operator asked while no machine ran (a retry: required again)
+        nodes = [*nodes, *(n for n in retried(self.upgrade) if n not in nodes)]  # not among the caller's held
         started = [n for n in self.in_flight() if self.nodes[n].state != S.REQUIRED]
         waiting = [n for n in nodes if n not in started and self.nodes[n].state == S.REQUIRED]
         order = started + self._idle_first(waiting)
@@ -249,8 +250,7 @@ class UpgradeMachine:
         requests = self.operator.requests()
         for op, asked in (("skip", requests.skip), ("retry", requests.retry)):
             for node, request in sorted(asked.items()):
-                entry = self.nodes.get(node)
-                state = entry.state if entry is not None else None
+                state = self.nodes[node].state if node in self.nodes else None
                 if op == "skip" and state == S.REQUIRED and node not in running:
                     pending, effect = [n for n in pending if n != node], "skipped: left on the old version"
                     self._set(node, S.SKIPPED, reason=f"skipped by the operator ({request.by()})")
