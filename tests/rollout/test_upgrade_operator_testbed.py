@@ -4,7 +4,8 @@ the testbed's reboots, a real SQLite state database; the NVIDIA packages and nvi
 
 3 nodes go from the old stand-in pair to the new one, one at a time, gated by gpu and a site `command` that fails
 while /etc/op-broken exists (made on gpu01: it fails after its reboot). While gpu01 is in flight the operator pauses
-the upgrade and skips gpu03; the daemon is killed and started again (the commands given, their effect not yet seen).
+the upgrade and skips gpu03 (the daemon stopped with SIGSTOP first, so neither can take effect before the restart);
+the daemon is killed and started again.
 The restarted daemon finishes gpu01 (failed by the command gate), starts nothing else while paused, and skips gpu03.
 The operator fixes gpu01 (removes the file) and retries it; the daemon is restarted again; then resume: gpu01 passes
 this time, gpu02 goes, the rollout ends with gpu03 on the old version, reported skipped, by whom and why.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from functools import cmp_to_key
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.common.versions import deb_compare
-from tests.daemon.harness import GitRemote
+from tests.daemon.harness import DaemonProcess, GitRemote
 from tests.rollout.conftest import journal
 from tests.rollout.upgrade_bed import DRIVER, cli, daemon, pair
 from tests.testbed_fixture import Testbed
@@ -47,6 +49,13 @@ def states(state_dir: Path) -> dict[str, str]:
     """Node -> upgrade state, from the daemon's rollout journal."""
     nodes = ((journal(state_dir) or {}).get("upgrade") or {}).get("nodes") or {}
     return {n: str(e.get("state")) for n, e in nodes.items()}
+
+
+def freeze(daemon: DaemonProcess) -> None:
+    """SIGSTOP the daemon (it acts on nothing more until killed): a command given now takes effect only after the
+    restart, whatever the daemon's poll would have made of it."""
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGSTOP)
 
 
 def op(state_dir: Path, *args: str) -> str:
@@ -86,6 +95,7 @@ def test_pause_skip_retry_on_a_running_daemon_each_surviving_a_restart(bed: Test
         flying = one.wait_for("a node in flight", lambda: [n for n, s in states(state_dir).items()
                                                            if s not in ("upgrade-required", "done", "failed")], 300)
         assert flying == ["gpu01"], states(state_dir)  # all idle: in order
+        freeze(one)  # so that the restart surely comes between the commands and their effect
         assert "paused" in op(state_dir, "pause", "--reason", "switch firmware")
         assert "asked" in op(state_dir, "skip", "gpu03", "--reason", "vendor ticket 42")
     finally:
@@ -107,6 +117,7 @@ def test_pause_skip_retry_on_a_running_daemon_each_surviving_a_restart(bed: Test
         reason = bed.run("ctl", "scontrol show node -o gpu01", check=True).stdout
         assert "site-check" in reason and "DRAIN" in reason, reason
         bed.run("gpu01", "rm -f /etc/op-broken", check=True)  # a human fixed it
+        freeze(two)
         assert "again" in op(state_dir, "retry", "gpu01", "--reason", "cable reseated")
     finally:
         two.kill()  # between the retry and its effect
