@@ -29,6 +29,7 @@ from reconciler.rollout.operator import Request, Requests, pause_why
 
 KEY = "upgrade_operator"
 HISTORY = 200
+MAX_TEXT = 200  # characters of --reason and --who (one line: status and a skipped node's reason show it)
 
 
 class Refused(ValueError):
@@ -109,6 +110,10 @@ def give(path: Path, request: Request, *, pair: bool = False) -> str:
     daemon of a pair, the request goes to the leader through the lease node."""
     if request.op in ("skip", "retry") and not request.node:
         raise Refused(f"{request.op} needs a NODE")
+    for name, text in (("--reason", request.reason), ("--who", request.who)):
+        if len(text) > MAX_TEXT or not text.isprintable():
+            raise Refused(f"{name} must be one printable line of at most {MAX_TEXT} characters (status shows it; "
+                          f"got {len(text)} characters{'' if text.isprintable() else ', with a control character'})")
 
     def change(row: dict[str, Any], journal: Any) -> str:
         if not pair:
@@ -168,14 +173,14 @@ class StoreDesk:
 
     def requests(self) -> Requests:
         """The standing requests (none when the database cannot be read this time: asked again next pass)."""
-        try:
-            conn = connect(self.path)
+        try:  # a plain reader (asked before each node: no schema work), the daemon's database exists
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key=?", (KEY,)).fetchone()
+            finally:
+                conn.close()
         except sqlite3.Error:
             return Requests()
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE key=?", (KEY,)).fetchone()
-        finally:
-            conn.close()
         return load(json.loads(row[0]) if row else None)
 
     def acted(self, op: str, node: str, effect: str) -> None:

@@ -139,6 +139,15 @@ def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path, op: str, node:
     assert (store.get(KEY), store.get(JOURNAL_KEY)) == before
 
 
+@pytest.mark.parametrize("reason,said", [("x" * 201, "got 201 characters"),
+                                         ("two\nlines", "got 9 characters, with a control character")])
+def test_a_reason_too_long_or_of_several_lines_is_refused(tmp_path: Path, reason: str, said: str) -> None:
+    store = Store(tmp_path / "state.db")
+    with pytest.raises(Refused, match="--reason must be one printable line of at most 200 characters") as caught:
+        ask(store.path, "pause", reason=reason)
+    assert said in str(caught.value) and store.get(KEY) is None
+
+
 def test_skip_and_retry_without_an_upgrade_in_flight_are_refused(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
     for op in ("skip", "retry"):
