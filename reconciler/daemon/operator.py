@@ -45,7 +45,8 @@ def _update(path: Path, change: Callable[[dict[str, Any], Any], Any]) -> Any:
             rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (KEY, JOURNAL_KEY)))
             row = json.loads(rows[KEY]) if KEY in rows else {}
             result = change(row, json.loads(rows[JOURNAL_KEY]) if JOURNAL_KEY in rows else None)
-            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (KEY, json.dumps(row)))
+            if json.dumps(row) != rows.get(KEY, "{}"):  # each lease renewal asks: written only when changed
+                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (KEY, json.dumps(row)))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
