@@ -216,6 +216,8 @@ def test_a_command_given_on_the_standby_reaches_the_leader_through_the_lease_nod
 
 def test_status_json_and_the_page_show_the_pause_the_requests_and_a_skipped_node(tmp_path: Path) -> None:
     from reconciler.daemon.status_page import load_snapshot, render
+    from reconciler.daemon.upgrade_view import load as upgrade_load
+    from reconciler.daemon.upgrade_view import metric_series
 
     store = Store(tmp_path / "state.db")
     journal_with(store, {"n1": S.REQUIRED, "n2": S.REQUIRED, "n3": S.FAILED})
@@ -238,3 +240,5 @@ def test_status_json_and_the_page_show_the_pause_the_requests_and_a_skipped_node
     assert [(a["op"], a["node"]) for a in data["upgrade_operator"]["asked"]] == [("retry", "n3")]
     page = render(load_snapshot(store.path))
     assert "paused by the operator (alice: switch firmware)" in page and "operator asked: retry n3" in page
+    series = metric_series(upgrade_load(store.path))  # reconciler_node_upgrade_state: a state of the set
+    assert series[("n1", "skipped")] == 1 and series[("n2", "skipped")] == 0
