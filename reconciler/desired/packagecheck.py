@@ -174,6 +174,26 @@ def _gates_twice(state: DesiredState) -> Iterator[Problem]:
         seen.setdefault(label, j)
 
 
+def _min_available(state: DesiredState) -> Iterator[Problem]:
+    """min_available names partitions slurm.conf has, each asking for no more nodes than it has."""
+    upgrade = state.rollout.upgrade
+    if upgrade is None:
+        return
+    sizes: dict[str, int | None] = {}
+    for partition in state.cluster.partitions:
+        text = (partition.nodes or "").strip()
+        sizes[partition.name] = None if text.upper() == "ALL" else len(hostlist.expand(text)) if text else 0
+    for name, want in upgrade.min_available.items():
+        where = (*UPGRADE, "min_available", name)
+        if name not in sizes:
+            close = difflib.get_close_matches(name, sorted(sizes), n=1, cutoff=0.6)
+            yield where, (f"no partition {name!r} in cluster.partitions"
+                          + (f" (did you mean {close[0]}?)" if close else f" (there: {', '.join(sorted(sizes))})"))
+        elif isinstance(want, int) and sizes[name] is not None and want > (sizes[name] or 0):
+            yield where, (f"min_available {want} of partition {name}, which has {sizes[name]} node(s): no node of it "
+                          "could ever go out")
+
+
 def _windows(state: DesiredState) -> Iterator[Problem]:
     rollout = state.rollout
     if "windows_apply_to" in rollout.model_fields_set and not rollout.windows:
@@ -190,4 +210,4 @@ def _windows(state: DesiredState) -> Iterator[Problem]:
 def upgrade_problems(state: DesiredState) -> list[Problem]:
     """What `rollout.upgrade` names that does not exist, is not used, or works against the rest of the state."""
     return [*_driver_package(state), *_reload(state), *_dcgm(state), *_nhc(state), *_gates_twice(state),
-            *_windows(state)]
+            *_windows(state), *_min_available(state)]

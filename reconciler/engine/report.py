@@ -87,8 +87,12 @@ def _windows_text(windows: dict[str, Any] | None, needs: bool) -> list[str]:
 def _orchestrated_words(upgrade: dict[str, Any]) -> str:
     """How rollout.upgrade takes such changes out (PLAN.rollout["upgrade"], set by the rollout layer)."""
     gates = [str(g) for g in upgrade.get("gates") or []]
-    return (f"node by node, {upgrade.get('max_unavailable', 1)} at a time, "
-            + (f"gated by {', '.join(gates)}" if gates else "no gates") + " (rollout.upgrade)")
+    now = upgrade.get("now")
+    limit = upgrade.get("max_unavailable", 1)
+    at_once = (f"{now['count']} at a time now ({now['why']})" if isinstance(now, dict)
+               else f"at most {limit} unavailable at a time")
+    return (f"node by node, {at_once}, " + (f"gated by {', '.join(gates)}" if gates else "no gates")
+            + " (rollout.upgrade)")
 
 
 def _needs_text(plan: Plan) -> list[str]:

@@ -6,11 +6,43 @@ reconciler/rollout/upgrade.py; the Slurm side drivers/slurm_reboot.py.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from reconciler.model.bounds import duration_between
+
+
+def _capacity(value: Any) -> Any:
+    """A node count (1 to 100000) or a percentage ('50%', 1 to 100)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a count or a percentage like '50%', got {value!r}")
+    if isinstance(value, int):
+        if not 1 <= value <= 100_000:
+            raise ValueError(f"a count is 1 to 100000, got {value}")
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,3}\s*%\s*", value):
+        percent = int(value.strip().rstrip("%").strip())
+        if not 1 <= percent <= 100:
+            raise ValueError(f"a percentage is 1% to 100%, got {value!r}")
+        return f"{percent}%"
+    if isinstance(value, str) and value.strip().isdigit():
+        return _capacity(int(value.strip()))
+    raise ValueError(f"a count or a percentage like '50%', got {value!r}")
+
+
+Capacity = Annotated[int | str, BeforeValidator(_capacity)]
+PartitionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+def scaled(value: int | str, total: int) -> int:
+    """VALUE as a node count of TOTAL: a percentage rounded up (Kubernetes' IntOrString rule for a DaemonSet's
+    maxUnavailable, which the GPU Operator's upgrade takes), a count as it is."""
+    if isinstance(value, int):
+        return value
+    return -(-int(value.rstrip("%")) * total // 100)
+
 
 # What a change needs before it takes effect: written in `packages:` (`needs:`), declared by drivers on changes.
 Needs = Literal["reboot", "driver-reload"]
@@ -96,7 +128,14 @@ class Upgrade(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    max_unavailable: int = Field(default=1, ge=1, le=100_000, description="Nodes out for the upgrade at a time")
+    max_unavailable: Capacity = Field(default=1, description="Nodes that may be unavailable at once, a count or "
+                                      "a percentage of the cluster's Slurm nodes (rounded up, at least 1), counting "
+                                      "every node that is (DOWN, DRAINED or DRAINING by anyone, not responding), "
+                                      "not only the upgrade's own")
+    min_available: dict[PartitionName, Capacity] = Field(default_factory=dict, description="Per partition: nodes "
+                                                         "that must stay available (count or percentage of the "
+                                                         "partition's nodes, rounded up); a node whose partition "
+                                                         "would fall below waits")
     failure_budget: int = Field(default=0, ge=0, le=100_000, description="Failed nodes tolerated; one more stops "
                                 "the rollout and rolls the reached nodes back")
     drain_timeout: duration_between(1, 30 * 86400) = Field(  # type: ignore[valid-type]

@@ -10,6 +10,7 @@ from reconciler.engine.context import Context
 from reconciler.engine.plan import Plan
 from reconciler.engine.workload import NodesView, WorkloadManager
 from reconciler.model.upgrade import gate_label
+from reconciler.rollout.capacity import capacity_of, headroom
 from reconciler.rollout.waves import WavePlan, plan_waves
 from reconciler.rollout.windows import describe, state_at
 
@@ -40,6 +41,11 @@ def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
         plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable,
                                    "gates": [gate_label(g) for g in upgrade.gates]}
+        needing = sorted({c.node for c in plan.changing() if c.needs is not None})
+        if needing:  # how many can go at once now, by Slurm's view as the plan read it, and why no more
+            capacity = capacity_of(ctx.state, upgrade, workload.scheduled(ctx.state))
+            count, why = headroom(capacity, workload.planned_view(ctx.facts), needing)
+            plan.rollout["upgrade"]["now"] = {"count": count, "why": why}
     windows = ctx.state.rollout.windows
     state = state_at(windows, clock.utcnow())
     if state is not None:  # when the windows let what (the plan, the PR comment: as of when it was planned)

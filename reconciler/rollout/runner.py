@@ -30,7 +30,8 @@ from reconciler.engine.planner import carry_over
 from reconciler.engine.restore import restore
 from reconciler.engine.run import open_reconcile
 from reconciler.engine.workload import GateResult, NodesView, RolloutSite, WorkloadManager, new_drains
-from reconciler.rollout.admission import Admission, Admissions, OwnCount
+from reconciler.rollout.admission import Admission, Admissions
+from reconciler.rollout.capacity import CapacityAdmission, capacity_of
 from reconciler.rollout.journal import Journal, Phase, RolloutJournal, SeenBefore, SeenNode
 from reconciler.rollout.operator import Desk, PauseAdmission
 from reconciler.rollout.preview import bootstrap_reason
@@ -266,7 +267,9 @@ class RolloutRunner:
         assert self.upgrade is not None
         hooks = self.site.hooks(self.new, self.upgrade, self.transport, self.options, self.gates, self.log)
         windows = WindowAdmission(self.new.state.rollout.windows)
-        admission = Admissions([*self.admissions, windows, OwnCount(self.upgrade.max_unavailable)])
+        capacity = CapacityAdmission(capacity_of(self.new.state, self.upgrade, self.workload.scheduled(self.new.state)),
+                                     self.gates.view, max_age=max(1.0, self.options.poll_interval))
+        admission = Admissions([*self.admissions, windows, capacity])
         return UpgradeMachine(self.upgrade, hooks, self.transport, dict(node_specs(self.new.state)), self.journal,
                               record, self.log, self.options.should_stop, self.options.poll_interval, admission,
                               self.operator)

@@ -28,7 +28,7 @@ from reconciler.desired.inventory import NodeSpec
 from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_until
 from reconciler.engine.upgrade_steps import Hooks, Prepared
 from reconciler.model.bounds import parse_duration
-from reconciler.model.upgrade import Upgrade
+from reconciler.model.upgrade import Upgrade, scaled
 from reconciler.rollout.admission import GO, Admission, OwnCount, Verdict
 from reconciler.rollout.journal import (
     FINAL,
@@ -86,7 +86,8 @@ class UpgradeMachine:
                  admission: Admission | None = None, operator: Desk | None = None) -> None:
         self.config, self.hooks, self.transport, self.specs = config, hooks, transport, specs
         # asked before each node starts (admission.py): the site's windows, capacity and operator, else a count
-        self.admission: Admission = admission or OwnCount(config.max_unavailable)
+        self.count = max(1, scaled(config.max_unavailable, len(specs)))  # a percentage: of the nodes it knows
+        self.admission: Admission = admission or OwnCount(self.count)
         self.operator: Desk = operator or NoDesk()  # skip / retry requests (operator.py; pause is an admission)
         self.journal, self.record, self.log, self.should_stop, self.poll = journal, record, log, should_stop, poll
         self.lock = threading.Lock()
@@ -127,8 +128,6 @@ class UpgradeMachine:
     def in_flight(self) -> list[str]:
         """Nodes of the record not in a final state (what a restart must finish)."""
         return [n for n, e in self.nodes.items() if e.state not in FINAL]
-
-    # ------------------------------------------------------------ shell
 
     def _sh(self, host: str, command: str, timeout: float | None = None) -> tuple[bool, str]:
         result = self.transport.run(self.specs[host], command, timeout=timeout)
@@ -448,7 +447,7 @@ class UpgradeMachine:
         whose rollback failed (now or in an earlier pass: never tried again), why."""
         todo = [n for n in nodes if n in self.work and self._state(n) not in (S.ROLLED_BACK, S.ROLLBACK_FAILED)]
         if todo:
-            with ThreadPoolExecutor(max_workers=self.config.max_unavailable) as pool:
+            with ThreadPoolExecutor(max_workers=self.count) as pool:
                 list(pool.map(self._back, todo))
         errors = {n: self.nodes[n].reason or "rollback failed" for n in nodes  # rolling-back: stopped
                   if n in self.work and self._state(n) in (S.ROLLBACK_FAILED, S.ROLLING_BACK)}

@@ -164,6 +164,24 @@ def test_windows_apply_to_without_windows_and_a_window_twice_are_refused(tmp_pat
                            "'00:00', end: '24:00', timezone: Europe/Berlin}\n    - {start: '22:00', end: '06:00'}\n")
 
 
+@pytest.mark.parametrize(("upgrade", "at", "says"), [
+    ("{max_unavailable: 0%}", "max_unavailable", "rollout.upgrade.max_unavailable: a percentage is 1% to 100%, got "
+                                                 "'0%'"),
+    ("{max_unavailable: half}", "max_unavailable", "rollout.upgrade.max_unavailable: a count or a percentage like "
+                                                   "'50%', got 'half'"),
+    ("{min_available: {debgu: 75%}}", "debgu", "rollout.upgrade.min_available.debgu: no partition 'debgu' in "
+                                               "cluster.partitions (did you mean debug?)"),
+    ("{min_available: {debug: 3}}", "debug", "rollout.upgrade.min_available.debug: min_available 3 of partition "
+                                             "debug, which has 2 node(s): no node of it could ever go out"),
+    ("{min_available: {debug: 101%}}", "debug", "rollout.upgrade.min_available.debug: a percentage is 1% to 100%, "
+                                              "got '101%'"),
+])
+def test_capacity_is_a_count_or_a_percentage_of_partitions_that_exist(tmp_path: Path, upgrade: str, at: str,
+                                                                     says: str) -> None:
+    line = f"rollout: {{upgrade: {upgrade}}}"
+    assert errors(tmp_path, line + "\n") == [f"files.yaml:1:{line.index(at) + 1} {says}"]
+
+
 def test_a_driver_package_only_ever_removed_is_refused(tmp_path: Path) -> None:
     got = errors(tmp_path, 'packages:\n  - {roles: [compute], packages: {nvidia-driver-standin: absent}}\n'
                            'rollout:\n  upgrade:\n    driver_package: nvidia-driver-standin\n')

@@ -87,3 +87,39 @@ def test_a_wait_passes_over_that_node_only_and_own_count_bounds_the_nodes_out(tm
     assert firsts["n1"] == 2  # n1 waited; n2 and n3 went first
     waits = [s.upgrade.waiting for s in journal.saves if s.upgrade is not None and s.upgrade.waiting is not None]
     assert any(w.kind == "wait" and w.why == "partition a at its minimum" for w in waits)
+
+
+def test_capacity_counts_a_humans_drains_so_no_more_than_max_unavailable_are_ever_out(tmp_path: Path) -> None:
+    """8 nodes, 2 drained by a human, max_unavailable 50% (4): never more than 2 of the machine's own out at once,
+    read from Slurm's stand-in view (the sim's drain files); the human's nodes are left alone, never resumed."""
+    from reconciler.engine.workload import NodeStatus, NodesView
+    from reconciler.model.upgrade import Upgrade
+    from reconciler.rollout.capacity import Capacity, CapacityAdmission
+
+    names = [f"n{i}" for i in range(1, 9)]
+    sim = Sim(tmp_path, names)
+    sim.create()
+    for node in ("n1", "n2"):
+        (sim.dir(node) / "drained").write_text("admin: bad fan\n")
+
+    def view() -> NodesView:
+        return NodesView(nodes={n: NodeStatus("IDLE+DRAIN" if sim.read(n, "drained") else "IDLE",
+                                              sim.read(n, "drained") or None, drained=bool(sim.read(n, "drained")))
+                                for n in names})
+    config = Upgrade.model_validate({"max_unavailable": "50%"})
+    capacity = CapacityAdmission(Capacity(config, names, {"all": names}), view, max_age=0.0)
+    journal = FileJournal(tmp_path / "journal.json")
+    outcome = sim.machine({"max_unavailable": "50%"}, journal, admission=capacity).run(names)
+    assert sorted(outcome.done) == names[2:] and sorted(outcome.skipped) == ["n1", "n2"]
+    most = 0
+    for save in journal.saves:
+        assert save.upgrade is not None
+        out = [n for n, e in save.upgrade.nodes.items()  # n1, n2 only look (drained by someone else: left alone)
+               if e.state not in ("upgrade-required", "done") and n not in ("n1", "n2")]
+        most = max(most, len(out))
+    assert most == 2
+    assert [sim.read(n, "drained") for n in ("n1", "n2")] == ["admin: bad fan"] * 2 and sim.count("n1", "resumes") == 0
+    waits = [s.upgrade.waiting for s in journal.saves if s.upgrade is not None and s.upgrade.waiting is not None]
+    assert any(w.kind == "wait" and w.why.startswith("max_unavailable 50% of 8 = 4: 4 unavailable (n1 IDLE+DRAIN: "
+                                                      "'admin: bad fan', n2 IDLE+DRAIN: 'admin: bad fan'")
+               for w in waits), waits

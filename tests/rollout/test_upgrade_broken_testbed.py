@@ -99,8 +99,8 @@ def test_broken_driver_fails_the_canary_and_is_rolled_back(bed: Testbed, tmp_pat
     assert "rollout rolled-back: wave 1: upgrade gate failed" in output, output
     assert "rollout: wave 2/" not in output, output
     # orchestrated: neither the plan nor the wave's apply calls the driver change held (the machine applies it)
-    assert ("Upgrades with reboots on gpu[01-04]: node by node, 1 at a time, gated by gpu (rollout.upgrade)"
-            in output), output
+    assert ("Upgrades with reboots on gpu[01-04]: node by node, 1 at a time now (max_unavailable 1 of 4 = 1, none "
+            "unavailable now), gated by gpu (rollout.upgrade)" in output), output
     assert "held, not applied" not in output and "--allow" not in output, output
     # rolled back: the journalled undo downgraded the pair, a second reboot loaded 550 again
     assert f"upgrade: {CANARY}: rolled-back" in output, output

@@ -87,7 +87,8 @@ def test_orchestrated_upgrade_is_not_called_held(tmp_path: Path) -> None:
     """With rollout.upgrade the reboots go node by node: the plan says how, never that `apply` holds them."""
     plan = plan_8(tmp_path, {"gpu01": "ALLOCATED"}, rollout=ORCHESTRATED)
     text, markdown = render_text(plan), render_markdown(plan)
-    words = "Upgrades with reboots on gpu[01-08]: node by node, 2 at a time, gated by gpu, smoke (rollout.upgrade)"
+    words = ("Upgrades with reboots on gpu[01-08]: node by node, 2 at a time now (max_unavailable 2 of 8 = 2, none "
+             "unavailable now), gated by gpu, smoke (rollout.upgrade)")
     assert words in text, text
     assert f"- {words}" in markdown, markdown
     assert f"reboots 8 nodes; 1 waits for running jobs (gpu01): {UPGRADE}" in text, text
@@ -100,8 +101,8 @@ def test_orchestrated_driver_reload_without_gates(tmp_path: Path) -> None:
     plan = plan_8(tmp_path, {}, needs="driver-reload",
                   rollout="rollout:\n  upgrade: {gates: [], driver_reload: {modules: [nvidia]}}\n")
     text = render_text(plan)
-    assert ("Upgrades with driver reloads on gpu[01-08]: node by node, 1 at a time, no gates (rollout.upgrade)"
-            in text), text
+    assert ("Upgrades with driver reloads on gpu[01-08]: node by node, 1 at a time now (max_unavailable 1 of 8 = 1, "
+            "none unavailable now), no gates (rollout.upgrade)" in text), text
     assert "--allow" not in text, text
 
 
@@ -110,3 +111,21 @@ def test_without_rollout_upgrade_still_held(tmp_path: Path) -> None:
     text = render_text(plan_8(tmp_path, {}, rollout="rollout:\n  canary: 1\n"))
     assert "Needs a reboot on gpu[01-08]: `apply` holds these changes unless given --allow reboot" in text, text
     assert "rollout.upgrade" not in text, text
+
+
+def test_the_plan_says_how_many_can_go_now_counting_nodes_a_human_drained(tmp_path: Path) -> None:
+    """Issue 46 item 2: 2 of 8 drained by a human (one DOWN too) and max_unavailable 50%: 2 more at once, and why."""
+    plan = plan_8(tmp_path, {"gpu01": "IDLE+DRAIN", "gpu02": "DOWN+DRAIN"},
+                  rollout="rollout:\n  upgrade:\n    max_unavailable: 50%\n    gates: [gpu]\n")
+    text = render_text(plan)
+    assert ("node by node, 2 at a time now (max_unavailable 50% of 8 = 4, 2 unavailable already: gpu01 IDLE+DRAIN, "
+            "gpu02 DOWN+DRAIN), gated by gpu (rollout.upgrade)") in text, text
+
+
+def test_the_plan_says_a_partition_at_its_minimum_holds_more_back(tmp_path: Path) -> None:
+    """min_available 75% of an 8-node partition with one node drained: one more may go, the partition says why."""
+    plan = plan_8(tmp_path, {"gpu03": "IDLE+DRAIN"}, rollout=(
+        "rollout:\n  upgrade:\n    max_unavailable: 4\n    min_available: {debug: 75%}\n    gates: [gpu]\n"))
+    text = render_text(plan)
+    assert ("1 at a time now (max_unavailable 4 of 8 = 4, 1 unavailable already: gpu03 IDLE+DRAIN; partition debug: "
+            "min_available 75% of 8 = 6; taking gpu02 would leave 5 available)") in text, text
