@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from reconciler.model.rollout import Rollout
 from reconciler.model.windows import Window
-from reconciler.rollout.windows import describe, state_at
+from reconciler.rollout.windows import describe, holds, state_at
 
 WINDOWS_KEY = "maintenance_windows"  # {"windows": [Window as JSON], "applies_to": "upgrades" | "all"}
 
@@ -39,8 +39,7 @@ def status_json(value: Any, now: float) -> dict[str, Any] | None:
     state = state_at(windows, datetime.fromtimestamp(now, UTC))
     if state is None:
         return None
-    holds = "every apply" if value.get("applies_to") == "all" else "reboots and driver reloads"
-    return {"windows": describe(windows), "holds": holds, "open": state.inside,
+    return {"windows": describe(windows), "holds": holds(str(value.get("applies_to"))), "open": state.inside,
             "closes": state.closes.timestamp() if state.closes else None,
             "opens": state.opens.timestamp() if state.opens else None, "text": state.text()}
 

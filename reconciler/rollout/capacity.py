@@ -131,9 +131,10 @@ class CapacityAdmission:
 
 def capacity_of(state: DesiredState, config: Upgrade, nodes: Sequence[str]) -> Capacity:
     """The capacity limits of CONFIG over NODES (the workload manager's) and STATE's partitions."""
+    known = set(nodes)  # once: a partition of thousands of nodes is checked against it name by name
     partitions: dict[str, list[str]] = {}
     for partition in state.cluster.partitions:
         text = partition.nodes or ""
         members = list(nodes) if text.strip().upper() == "ALL" else hostlist.expand(text) if text else []
-        partitions[partition.name] = [n for n in members if n in set(nodes)]
+        partitions[partition.name] = [n for n in members if n in known]
     return Capacity(config, list(nodes), partitions)

@@ -12,7 +12,7 @@ from reconciler.engine.workload import NodesView, WorkloadManager
 from reconciler.model.upgrade import gate_label
 from reconciler.rollout.capacity import capacity_of, headroom
 from reconciler.rollout.waves import WavePlan, plan_waves
-from reconciler.rollout.windows import describe, state_at
+from reconciler.rollout.windows import describe, holds, state_at
 
 
 def bootstrap_reason(before: NodesView, slurm: list[str]) -> str | None:
@@ -49,7 +49,7 @@ def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     windows = ctx.state.rollout.windows
     state = state_at(windows, clock.utcnow())
     if state is not None:  # when the windows let what (the plan, the PR comment: as of when it was planned)
-        holds = "every apply" if ctx.state.rollout.windows_apply_to == "all" else "reboots and driver reloads"
-        plan.rollout["windows"] = {"windows": describe(windows), "holds": holds, "open": state.inside,
+        plan.rollout["windows"] = {"windows": describe(windows), "holds": holds(ctx.state.rollout.windows_apply_to),
+                                   "open": state.inside,
                                    "text": state.text()}
     return waves

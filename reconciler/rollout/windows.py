@@ -53,6 +53,11 @@ def state_at(windows: Sequence[Window], now: datetime) -> WindowState | None:
     return WindowState(False, opens=opening[0] if opening else None, zone=opening[1].zone if opening else "UTC")
 
 
+def holds(applies_to: str) -> str:
+    """What the windows hold outside them, in words: `every apply` (all) or `reboots and driver reloads`."""
+    return "every apply" if applies_to == "all" else "reboots and driver reloads"
+
+
 def describe(windows: Sequence[Window]) -> str:
     """Every window in one line: `mon,tue 22:00-06:00 Europe/Berlin; sat,sun 00:00-24:00 UTC`."""
     return "; ".join(w.span().text() for w in windows)
