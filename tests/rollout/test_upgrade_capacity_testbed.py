@@ -15,17 +15,14 @@ reboot leaves NOT_RESPONDING for a moment is not counted, that is Slurm's doing,
 from __future__ import annotations
 
 import re
-import shutil
 import threading
 from collections.abc import Callable
-from functools import cmp_to_key
 from pathlib import Path
 
 import pytest
 
-from reconciler.common.versions import deb_compare
 from tests.rollout.test_upgrade_testbed import most_out_at_once
-from tests.rollout.upgrade_bed import DRIVER, FM, cli, field
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
@@ -79,13 +76,8 @@ def test_max_unavailable_counts_a_humans_drains_and_min_available_holds_a_partit
         testbed_factory: Callable[..., Testbed], tmp_path: Path) -> None:
     bed = testbed_factory(nodes=len(NODES), packages=True)
     bed.wait_idle(timeout=120)
-    desired = tmp_path / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
-    old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(packages([("gpu[01-08]", old, False)]))
-    first = cli("apply", "--yes", str(desired))
-    assert first.returncode == 0, first.stdout + first.stderr
+    old, new = versions(bed)
+    desired = seeded(bed, tmp_path, packages([("gpu[01-08]", old, False)]))
 
     # 1. two nodes drained by a human, max_unavailable 50%
     for node, why in (("gpu07", "bad fan"), ("gpu08", "bad psu")):

@@ -7,15 +7,12 @@ message, before the command gate runs; the node that passes everything is resume
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
-from functools import cmp_to_key
 from pathlib import Path
 
 import pytest
 
-from reconciler.common.versions import deb_compare
-from tests.rollout.upgrade_bed import DRIVER, REPO, cli, field, pair
+from tests.rollout.upgrade_bed import REPO, cli, field, pair, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -54,13 +51,8 @@ def install_nhc(bed: Testbed, node: str, fails: str | None = None) -> None:
 
 def test_gates_in_order_a_failing_command_and_a_failing_nhc_keep_their_nodes_drained_with_the_output(
         bed: Testbed, tmp_path: Path) -> None:
-    desired = tmp_path / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
-    old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, "gpu[01-03]"))
-    first = cli("apply", "--yes", str(desired))
-    assert first.returncode == 0, first.stdout + first.stderr
+    old, new = versions(bed)
+    desired = seeded(bed, tmp_path, pair(old, "gpu[01-03]"))
 
     install_nhc(bed, "gpu01")  # has NHC, passes
     bed.run("gpu02", "rm -f /usr/sbin/nhc; echo 'ib0: link down, want 400 Gb/s' > /etc/site-check-fail",

@@ -13,24 +13,21 @@ real clock, compared with the real moments the test moved the daemon's clock.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cmp_to_key
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reconciler.common.versions import deb_compare
-from tests.daemon.harness import DaemonProcess, GitRemote, write_config
+from tests.daemon.harness import DaemonProcess, GitRemote
 from tests.rollout.conftest import journal
-from tests.rollout.upgrade_bed import DRIVER, REPO, cli, pair, poll
+from tests.rollout.upgrade_bed import REPO, pair, poll, seeded, versions
+from tests.rollout.upgrade_bed import daemon as run_daemon
 from tests.testbed_fixture import Testbed
-from tests.transport.sshd_server import free_port
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
 NODES = [f"gpu{i:02d}" for i in range(1, 17)]
@@ -81,24 +78,13 @@ def test_a_window_closing_mid_upgrade_lets_the_nodes_in_flight_finish_and_the_re
         testbed_factory: Callable[..., Testbed], tmp_path: Path) -> None:
     bed = testbed_factory(nodes=len(NODES), packages=True)
     bed.wait_idle(timeout=180)
-    desired = tmp_path / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
-    old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, "gpu[01-16]"))
-    first = cli("apply", "--yes", str(desired))
-    assert first.returncode == 0, first.stdout + first.stderr
-    remote = GitRemote.create(tmp_path, desired)
+    old, new = versions(bed)
+    remote = GitRemote.create(tmp_path, seeded(bed, tmp_path, pair(old, "gpu[01-16]")))
 
     offset = tmp_path / "clock-offset"
     set_clock(offset, W1_OPEN - 120)  # two minutes before the first window
     state_dir = tmp_path / "state"
-    config = write_config(tmp_path / "config.yaml", repository={"url": str(remote.bare), "branch": "main"},
-                          mode="enforce", poll_interval="1s", drift_interval="1h", state_dir=str(state_dir),
-                          metrics_listen=f"127.0.0.1:{free_port()}", log_format="json",
-                          retry={"initial": "2s", "max": "10s"}, checks_after_apply=False)
-    daemon = DaemonProcess(config=config, state_dir=state_dir, log_path=tmp_path / "daemon.log",
-                           env={"RECONCILER_CLOCK_OFFSET_FILE": str(offset)}).start()
+    daemon = run_daemon(tmp_path, remote, state_dir, 1, env={"RECONCILER_CLOCK_OFFSET_FILE": str(offset)})
     try:
         daemon.wait_applied(remote.head(), timeout=180)
         target = remote.commit("driver 550 -> 570 in the maintenance windows",
