@@ -99,7 +99,8 @@ class RealHooks:
 
     def hooks(self) -> Hooks:
         """The Hooks object for UpgradeMachine."""
-        return Hooks(steps=lambda node: reboot_steps(self.controller, node, self.loaded.commit),
+        return Hooks(steps=lambda node: reboot_steps(self.controller, node, self.loaded.commit,
+                                                     self.config.mode == "reservation", self.config.requeue),
                      reload=self.reload, prepare=self.prepare, validate=self.validate,
                      after_resume=self.after_resume,
                      fail=lambda node, why: fail_command(node, self.loaded.commit, why), converge=self.converge)

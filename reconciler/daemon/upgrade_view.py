@@ -43,12 +43,16 @@ class NodeUpgrade:
     reason: str | None
     boot_id: str | None
     jobs: int
+    reserved_from: str | None = None  # reservation mode: when the node's maintenance reservation starts
+    requeued: tuple[str, ...] = ()
 
     @property
     def detail(self) -> str | None:
-        """What is said beside the node: its running jobs while it drains, why it failed or was rolled back."""
-        if self.state in JOB_STATES and self.jobs > 0:  # -1: the machine could not count them
-            return f"{self.jobs} job" + ("s" if self.jobs != 1 else "")
+        """What is said beside the node: its running jobs while it drains (and when its reservation starts), why
+        it failed or was rolled back."""
+        if self.state in JOB_STATES and (self.jobs > 0 or self.reserved_from):  # -1: could not be counted
+            said = [f"{self.jobs} job" + ("s" if self.jobs != 1 else "")] if self.jobs > 0 else []
+            return "; ".join(said + ([f"reserved from {self.reserved_from}"] if self.reserved_from else []))
         if (self.state in REASON_STATES or self.state == RELEASED) and self.reason:
             return self.reason
         return None
@@ -162,7 +166,9 @@ def node_states(upgrade: dict[str, Any]) -> list[NodeUpgrade]:
         entry = entry if isinstance(entry, dict) else {}
         out.append(NodeUpgrade(str(node), str(entry.get("state") or "unknown"), _number(entry.get("since")),
                                _text(entry.get("reason")), _text(entry.get("boot_id")),
-                               int(_number(entry.get("jobs")) or 0)))
+                               int(_number(entry.get("jobs")) or 0),
+                               _text(entry.get("reservation_start")) if entry.get("reservation") else None,
+                               tuple(str(j) for j in entry.get("requeued") or [] if isinstance(j, (str, int)))))
     return out
 
 
@@ -287,7 +293,8 @@ def as_json(upgrade: dict[str, Any], in_flight: bool, now: float | None = None) 
                     "shortest_s": None if g.newest is None else round(now - g.newest, 1)} for g in groups(nodes)],
         "nodes": {n.node: {"state": n.state, "since": n.since,
                            "seconds": None if n.since is None else round(now - n.since, 1),
-                           "reason": n.reason, "jobs": n.jobs, "boot_id": n.boot_id} for n in nodes},
+                           "reason": n.reason, "jobs": n.jobs, "boot_id": n.boot_id,
+                           "reserved_from": n.reserved_from, "requeued": list(n.requeued)} for n in nodes},
     }
 
 

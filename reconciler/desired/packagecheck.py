@@ -13,7 +13,7 @@ Each problem is (key path, message), reported at the key's file:line by the load
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from reconciler.common import hostlist
 from reconciler.desired.inventory import node_specs
@@ -186,12 +186,31 @@ def _min_available(state: DesiredState) -> Iterator[Problem]:
     for name, want in upgrade.min_available.items():
         where = (*UPGRADE, "min_available", name)
         if name not in sizes:
-            close = difflib.get_close_matches(name, sorted(sizes), n=1, cutoff=0.6)
-            yield where, (f"no partition {name!r} in cluster.partitions"
-                          + (f" (did you mean {close[0]}?)" if close else f" (there: {', '.join(sorted(sizes))})"))
+            yield where, _no_partition(name, sizes)
         elif isinstance(want, int) and sizes[name] is not None and want > (sizes[name] or 0):
             yield where, (f"min_available {want} of partition {name}, which has {sizes[name]} node(s): no node of it "
                           "could ever go out")
+
+
+def _no_partition(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return (f"no partition {name!r} in cluster.partitions"
+            + (f" (did you mean {close[0]}?)" if close else f" (there: {', '.join(sorted(known))})"))
+
+
+def _requeue(state: DesiredState) -> Iterator[Problem]:
+    """requeue names partitions slurm.conf has, each once."""
+    upgrade = state.rollout.upgrade
+    if upgrade is None:
+        return
+    known = {partition.name for partition in state.cluster.partitions}
+    seen: set[str] = set()
+    for i, name in enumerate(upgrade.requeue):
+        if name not in known:
+            yield (*UPGRADE, "requeue", i), _no_partition(name, known)
+        elif name in seen:
+            yield (*UPGRADE, "requeue", i), f"partition {name} is listed twice"
+        seen.add(name)
 
 
 def _windows(state: DesiredState) -> Iterator[Problem]:
@@ -210,4 +229,4 @@ def _windows(state: DesiredState) -> Iterator[Problem]:
 def upgrade_problems(state: DesiredState) -> list[Problem]:
     """What `rollout.upgrade` names that does not exist, is not used, or works against the rest of the state."""
     return [*_driver_package(state), *_reload(state), *_dcgm(state), *_nhc(state), *_gates_twice(state),
-            *_windows(state), *_min_available(state)]
+            *_windows(state), *_min_available(state), *_requeue(state)]

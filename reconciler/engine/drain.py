@@ -39,6 +39,17 @@ class DrainSteps(BaseModel):
     boot_id: str | None = Field(default=None, description="Run ON THE NODE: prints its boot id (a new one after "
                                 "each boot)")
     registered: str | None = Field(default=None, description="Exits 0 once the node's daemon registered again")
+    reserve: str | None = Field(default=None, description="Reservation mode: creates the node's maintenance "
+                                "reservation (unless it exists) starting when its jobs outside `requeue` are "
+                                "expected to end; prints `NAME START`, or `drain: WHY` when none can be made (a "
+                                "job without a time limit: the node is drained instead)")
+    reserved: str | None = Field(default=None, description="Exits 0 once the node's reservation has started")
+    unreserve: str | None = Field(default=None, description="Deletes the node's reservation (exit 0 when there "
+                                  "is none)")
+    kept_jobs: str | None = Field(default=None, description="Prints one line per job holding the node outside "
+                                  "the partitions `requeue` empties (default: `jobs`)")
+    requeue: str | None = Field(default=None, description="Requeues the node's jobs of the `requeue` partitions; "
+                                "prints `requeued ID` or `kept ID: WHY` per job")
 
     def part(self, name: RebootPart) -> str:
         """The command NAME of these steps; ValueError when the driver that wrote them left it out."""

@@ -136,6 +136,16 @@ class Upgrade(BaseModel):
                                                          "that must stay available (count or percentage of the "
                                                          "partition's nodes, rounded up); a node whose partition "
                                                          "would fall below waits")
+    mode: Literal["drain", "reservation"] = Field(
+        default="drain", description="How a node is taken out: `drain` (at once; its free GPUs idle until its "
+        "jobs end) or `reservation` (a maintenance reservation on the node starting when its last job is expected "
+        "to end, from the jobs' time limits, so other jobs still run on it until then; drained when it starts or "
+        "the node is empty; removed after the gates, before the resume). A node whose job has no time limit is "
+        "drained as in `drain`")
+    requeue: list[PartitionName] = Field(default_factory=list, description="Partitions whose jobs on a node "
+                                         "being taken out are requeued (`scontrol requeue`) instead of waited "
+                                         "for; never a job of another partition, and a job Slurm will not "
+                                         "requeue (interactive, --no-requeue) is waited for")
     failure_budget: int = Field(default=0, ge=0, le=100_000, description="Failed nodes tolerated; one more stops "
                                 "the rollout and rolls the reached nodes back")
     drain_timeout: duration_between(1, 30 * 86400) = Field(  # type: ignore[valid-type]

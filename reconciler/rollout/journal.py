@@ -57,7 +57,7 @@ _FORWARD = frozenset({S.REQUIRED, S.DRAINING, S.WAITING_FOR_JOBS, S.APPLYING, S.
 TRANSITIONS: dict[UpgradeState, frozenset[UpgradeState]] = {
     S.REQUIRED: frozenset({S.DRAINING, S.SKIPPED}),  # skipped: the operator's, before the node started
     S.DRAINING: frozenset({S.WAITING_FOR_JOBS, S.REQUIRED}),  # back to required: an admin's drain, not upgraded
-    S.WAITING_FOR_JOBS: frozenset({S.APPLYING}),
+    S.WAITING_FOR_JOBS: frozenset({S.APPLYING, S.REQUIRED}),  # required: an admin drained it at its reservation
     S.APPLYING: frozenset({S.REBOOTING, S.RELOADING, S.VALIDATING}),  # validating: nothing was left to apply
     S.REBOOTING: frozenset({S.VALIDATING}),
     S.RELOADING: frozenset({S.VALIDATING}),
@@ -103,6 +103,12 @@ class NodeEntry(_Model):
     reason: str | None = None
     boot_id: str | None = None
     jobs: int = 0  # its running jobs while it drains (-1: could not be counted)
+    # reservation mode (rollout/reservation.py): the node's maintenance reservation while it exists, its start
+    # (the controller's local time, as Slurm prints it) and when it was made; the jobs `requeue` requeued
+    reservation: str | None = None
+    reservation_start: str | None = None
+    reserved_at: float | None = None
+    requeued: list[str] = Field(default_factory=list)
 
     def move(self, node: str, state: UpgradeState, **fields: Any) -> None:
         """Go to STATE (refused unless the table allows it), now, with FIELDS (reason, boot_id)."""
@@ -249,6 +255,12 @@ def encode(journal: RolloutJournal) -> dict[str, Any]:
         del data["upgrade"]["waiting"]
     if data.get("upgrade") and not data["upgrade"].get("operator"):
         del data["upgrade"]["operator"]
+    for entry in (data.get("upgrade") or {}).get("nodes", {}).values():  # reservation mode's: only when used
+        for key in ("reservation", "reservation_start", "reserved_at"):
+            if entry.get(key) is None:
+                entry.pop(key, None)
+        if not entry.get("requeued", True):
+            del entry["requeued"]
     for work in (data.get("upgrade") or {}).get("work", {}).values():
         if not work["failed"]:
             del work["failed"]

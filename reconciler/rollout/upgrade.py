@@ -20,12 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.common.failpoints import failpoint
 from reconciler.desired.inventory import NodeSpec
-from reconciler.engine.drain import DrainFailed, DrainSteps, NodeDrain, wait_until
+from reconciler.engine.drain import DrainSteps, NodeDrain, wait_until
 from reconciler.engine.upgrade_steps import Hooks, Prepared
 from reconciler.model.bounds import parse_duration
 from reconciler.model.upgrade import Upgrade, scaled
@@ -43,38 +42,12 @@ from reconciler.rollout.journal import (
 )
 from reconciler.rollout.journal import UpgradeState as S
 from reconciler.rollout.operator import Desk, NoDesk, retried
+from reconciler.rollout.reservation import Taking, hold
+from reconciler.rollout.upgrade_outcome import NodeFailed, UpgradeOutcome
 from reconciler.transport.base import Transport
 
-__all__ = ["FINAL", "STATES", "Hooks", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
+__all__ = ["FINAL", "STATES", "Hooks", "NodeFailed", "Prepared", "UpgradeMachine", "UpgradeOutcome"]
 Log = Callable[[str], None]
-
-
-@dataclass
-class UpgradeOutcome:
-    """How the upgrade of a set of nodes ended."""
-
-    done: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    over_budget: bool = False
-    stopped: bool = False
-    rolled_back: list[str] = field(default_factory=list)
-    rollback_errors: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def message(self) -> str:
-        """One line for a gate record."""
-        head = "; ".join(f"{n}: {w}" for n, w in sorted(self.failed.items()))
-        if self.over_budget:
-            stuck = "; ".join(f"{n}: {w}" for n, w in sorted(self.rollback_errors.items()))
-            return (f"{len(self.failed)} node(s) failed the upgrade, past the failure budget: {head}"
-                    + (f"; rolled back {', '.join(self.rolled_back)}" if self.rolled_back else "")
-                    + (f"; rollback FAILED on {stuck}" if stuck else ""))[:1000]
-        return head[:500]
-
-
-class NodeFailed(Exception):
-    """A node's upgrade failed: the message says why."""
 
 
 class UpgradeMachine:
@@ -93,6 +66,7 @@ class UpgradeMachine:
         self.lock = threading.Lock()
         self.upgrade: UpgradeRecord = record.upgrading()
         self.upgrade.max_unavailable = config.max_unavailable
+        self.taking = Taking(config, self._sh, lambda node: self.nodes[node], self._note, log, should_stop, poll)
 
     # ------------------------------------------------------------ the record
 
@@ -145,14 +119,6 @@ class UpgradeMachine:
     def _drainer(self, node: str) -> NodeDrain:
         """NODE's drain, jobs and resume (engine/drain.py: the one drain-wait-resume, the apply's too)."""
         return NodeDrain(node, self.hooks.steps(node), self._sh, self.poll, self.should_stop)
-
-    @staticmethod
-    def _hold(drain: NodeDrain, what: str) -> bool:
-        """Drain unless drained (by anyone): True when drained here; NodeFailed when the drain failed."""
-        try:
-            return drain.hold()
-        except DrainFailed as exc:
-            raise NodeFailed(f"{what}: {exc}") from None
 
     def _boot_id(self, node: str) -> str | None:
         result = self.transport.run(self.specs[node], self.hooks.steps(node).part("boot_id"), timeout=30)
@@ -310,13 +276,19 @@ class UpgradeMachine:
             if state == S.REQUIRED:
                 self._set(node, S.DRAINING)
             elif state == S.DRAINING:
-                # an admin's drain: not ours to lift, so not ours to use
-                if not drain.ours() and not self._hold(drain, "drain"):
+                # an admin's drain: not ours to lift, so not ours to use (reservation.py: drain or reserve)
+                if not drain.ours() and not self.taking.take(node, drain):
                     self._set(node, S.REQUIRED, reason="drained by someone else: not upgraded")
                     return
                 self._set(node, S.WAITING_FOR_JOBS)
             elif state == S.WAITING_FOR_JOBS:
-                self._wait_jobs(node)
+                ready = self.taking.ready(node, drain)  # a reservation: until it starts; requeue
+                if ready == "taken":  # an admin drained it before its reservation started
+                    self.taking.release(node, drain, must=False)
+                    self._set(node, S.REQUIRED, reason="drained by someone else: not upgraded")
+                    return
+                if ready == "stopped" or not self._wait_jobs(node):  # stopped: the jobs may still run
+                    return
                 self._set(node, S.APPLYING)
             elif state == S.APPLYING:
                 self._apply(node)
@@ -336,15 +308,17 @@ class UpgradeMachine:
                 self._validate(node, steps)
                 return
 
-    def _wait_jobs(self, node: str) -> None:
-        """Bounded by drain_timeout: the node's jobs end on their own (none is killed)."""
+    def _wait_jobs(self, node: str) -> bool:
+        """Bounded by drain_timeout: the node's jobs end on their own (none is killed). False: a stop was asked
+        before they ended."""
         def seen(count: int) -> None:
             if count != self.nodes[node].jobs:
                 self._note(node, jobs=count)
         if not self._drainer(node).wait_jobs(parse_duration(self.config.drain_timeout), seen):
             if self.should_stop():
-                return
+                return False
             raise NodeFailed(f"jobs still running after drain_timeout {self.config.drain_timeout}")
+        return True
 
     def _apply(self, node: str) -> None:
         """Apply the node's held changes; the undo is journalled before they are applied."""
@@ -405,7 +379,7 @@ class UpgradeMachine:
         """Slurm 22.05 may bring a node back from a slow reboot IDLE, its drain gone (seen on the testbed after
         83 s): drain it again and let what landed on it end, so the gates see a drained node and the resume stays
         ours."""
-        if not self._hold(self._drainer(node), "drain again after the reboot"):  # ours still, or an admin's
+        if not hold(self._drainer(node), "drain again after the reboot"):  # ours still, or an admin's
             return
         self.log(f"upgrade: {node}: back from the reboot without its drain: drained again")
         self._wait_jobs(node)
@@ -417,6 +391,7 @@ class UpgradeMachine:
         if why:
             raise NodeFailed(why)
         drain = self._drainer(node)
+        self.taking.release(node, drain, must=True)  # before the resume: no job could start inside it
         if drain.ours():
             why = drain.resume()
             if why is not None:
@@ -432,6 +407,7 @@ class UpgradeMachine:
         if self.hooks.fail is not None:
             steps = self.hooks.steps(node)
             self._sh(steps.run_on, self.hooks.fail(node, why))
+        self.taking.release(node, self._drainer(node), must=False)  # the drain keeps it out now
         with self.lock:
             if node not in self.upgrade.failed:
                 self.upgrade.failed.append(node)
@@ -465,7 +441,7 @@ class UpgradeMachine:
                 self._set(node, S.ROLLING_BACK, boot_id=None)
             if self.nodes[node].boot_id is None:
                 # a node that passed was resumed and may run jobs again: out of scheduling and idle first
-                self._hold(self._drainer(node), "drain")
+                hold(self._drainer(node), "drain")
                 self._wait_jobs(node)
                 if self.should_stop():
                     raise NodeFailed("stopped while waiting for its jobs (the rollback goes on at the next start)")

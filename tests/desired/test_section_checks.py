@@ -175,6 +175,12 @@ def test_windows_apply_to_without_windows_and_a_window_twice_are_refused(tmp_pat
                                              "debug, which has 2 node(s): no node of it could ever go out"),
     ("{min_available: {debug: 101%}}", "debug", "rollout.upgrade.min_available.debug: a percentage is 1% to 100%, "
                                               "got '101%'"),
+    ("{requeue: [debug, preemptibel]}", "preemptibel", "rollout.upgrade.requeue[1]: no partition 'preemptibel' in "
+                                                       "cluster.partitions (there: debug)"),
+    ("{requeue: [debug, debug]}", "debug]", "rollout.upgrade.requeue[1]: partition debug is listed twice"),
+    ("{requeue: ['debug;reboot']}", "'debug", "rollout.upgrade.requeue[0]: String should match pattern "
+                                              "'^[A-Za-z0-9_.-]+$' (got 'debug;reboot')"),
+    ("{mode: reserve}", "mode", "rollout.upgrade.mode: Input should be 'drain' or 'reservation' (got 'reserve')"),
 ])
 def test_capacity_is_a_count_or_a_percentage_of_partitions_that_exist(tmp_path: Path, upgrade: str, at: str,
                                                                      says: str) -> None:

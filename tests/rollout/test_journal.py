@@ -240,7 +240,8 @@ def test_the_machine_refuses_an_illegal_step_before_journalling_it(tmp_path: Pat
 # journal in flight (handed over by journal.glance) and of the ended rollout's record leniently, garbles included.
 SHARED = frozenset({"commit", "previous", "waves", "wave", "timeline", "started", "failed_gate", "failed_wave",
                     "upgrade", "before_image", "error", "reason", "state", "since", "jobs", "nodes", "failed",
-                    "summary", "max_unavailable", "version", "boot_id", "waiting"})
+                    "summary", "max_unavailable", "version", "boot_id", "waiting", "reservation",
+                    "reservation_start", "requeued"})
 
 
 def key_reads(path: Path, keys: frozenset[str]) -> list[str]:
