@@ -91,7 +91,11 @@ def _orchestrated_words(upgrade: dict[str, Any]) -> str:
     limit = upgrade.get("max_unavailable", 1)
     at_once = (f"{now['count']} at a time now ({now['why']})" if isinstance(now, dict)
                else f"at most {limit} unavailable at a time")
-    return (f"node by node, {at_once}, " + (f"gated by {', '.join(gates)}" if gates else "no gates")
+    taken = ("; a busy node is reserved from when its jobs are expected to end (mode reservation), its free GPUs "
+             "taking jobs until then" if upgrade.get("mode") == "reservation" else "")
+    requeue = [str(p) for p in upgrade.get("requeue") or []]
+    taken += f"; jobs of partition {', '.join(requeue)} are requeued, not waited for" if requeue else ""
+    return (f"node by node, {at_once}, " + (f"gated by {', '.join(gates)}" if gates else "no gates") + taken
             + " (rollout.upgrade)")
 
 

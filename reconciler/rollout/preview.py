@@ -40,7 +40,8 @@ def annotate(ctx: Context, plan: Plan, workload: WorkloadManager) -> WavePlan:
     upgrade = ctx.state.rollout.upgrade
     if upgrade is not None:  # changes needing a reboot/driver reload go out node by node (the plan says how)
         plan.rollout["upgrade"] = {"max_unavailable": upgrade.max_unavailable,
-                                   "gates": [gate_label(g) for g in upgrade.gates]}
+                                   "gates": [gate_label(g) for g in upgrade.gates],
+                                   "mode": upgrade.mode, "requeue": list(upgrade.requeue)}
         needing = sorted({c.node for c in plan.changing() if c.needs is not None})
         if needing:  # how many can go at once now, by Slurm's view as the plan read it, and why no more
             capacity = capacity_of(ctx.state, upgrade, workload.scheduled(ctx.state))

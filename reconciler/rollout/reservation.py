@@ -115,17 +115,17 @@ class Taking:
     def release(self, node: str, drain: NodeDrain, must: bool) -> None:
         """Delete NODE's reservation, if it has one; MUST: a failure fails the node (a reservation left behind
         would keep jobs off a resumed node), else it is logged."""
-        entry = self.entry(node)
+        name = self.entry(node).reservation
         command = drain.steps.unreserve
-        if entry.reservation is None or command is None:
+        if name is None or command is None:
             return
         ok, out = self.run(drain.steps.run_on, command)
         if not ok:
-            why = f"reservation {entry.reservation} not deleted: {out.strip()[-200:] or 'failed'}"
+            why = f"reservation {name} not deleted: {out.strip()[-200:] or 'failed'}"
             if must:
                 raise NodeFailed(why)
             self.log(f"upgrade: {node}: {why}")
             return
         self.note(node, reservation=None)
-        self.log(f"upgrade: {node}: reservation {entry.reservation} deleted")
+        self.log(f"upgrade: {node}: reservation {name} deleted")
 
