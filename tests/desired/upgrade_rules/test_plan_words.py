@@ -129,3 +129,13 @@ def test_the_plan_says_a_partition_at_its_minimum_holds_more_back(tmp_path: Path
     text = render_text(plan)
     assert ("1 at a time now (max_unavailable 4 of 8 = 4, 1 unavailable already: gpu03 IDLE+DRAIN; partition debug: "
             "min_available 75% of 8 = 6; taking gpu02 would leave 5 available)") in text, text
+
+
+def test_the_plan_says_a_busy_node_is_reserved_and_which_partitions_are_requeued(tmp_path: Path) -> None:
+    plan = plan_8(tmp_path, {"gpu01": "MIXED"}, rollout=(
+        "rollout:\n  upgrade: {mode: reservation, requeue: [debug], gates: [gpu]}\n"))
+    assert ("gated by gpu; a busy node is reserved from when its jobs are expected to end (mode reservation), its "
+            "free GPUs taking jobs until then; jobs of partition debug are requeued, not waited for "
+            "(rollout.upgrade)") in render_text(plan)
+    drain = render_text(plan_8(tmp_path / "drain", {"gpu01": "MIXED"}, rollout="rollout:\n  upgrade: {gates: [gpu]}\n"))
+    assert "gated by gpu (rollout.upgrade)" in drain and "reserved" not in drain and "requeued" not in drain
