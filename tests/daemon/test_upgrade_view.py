@@ -348,3 +348,15 @@ def test_what_the_rest_waits_for_is_shown_in_status_json_and_the_page_while_in_f
 def test_a_garbled_waiting_part_is_not_shown() -> None:
     for garbled in ({"why": 3}, "held", {"kind": "hold"}):
         assert upgrade_view.waiting({"nodes": {}, "waiting": garbled}, True) is None
+
+
+def test_a_reserved_node_says_when_its_reservation_starts_and_the_json_what_was_requeued() -> None:
+    entry = {**node("waiting-for-jobs", 10, jobs=1), "reservation": "reconciler-upgrade-gpu01",
+             "reservation_start": "2026-11-29T01:34:04", "requeued": ["812"]}
+    gone = {**node("waiting-for-jobs", 10, jobs=0), "reservation_start": "2026-11-29T01:34:04"}  # deleted: not shown
+    upgrade = {"nodes": {"gpu01": entry, "gpu02": gone}}
+    assert upgrade_view.lines(upgrade, True, NOW)[1] == ("  waiting-for-jobs: gpu01 (1 job; reserved from "
+                                                         "2026-11-29T01:34:04), gpu02  (for 10s)")
+    shown = upgrade_view.as_json(upgrade, True, NOW)["nodes"]
+    assert (shown["gpu01"]["reserved_from"], shown["gpu01"]["requeued"]) == ("2026-11-29T01:34:04", ["812"])
+    assert (shown["gpu02"]["reserved_from"], shown["gpu02"]["requeued"]) == (None, [])
