@@ -28,6 +28,7 @@ from reconciler.daemon.loop_checks import HealthChecks
 from reconciler.daemon.loop_core import Common, Notices, Role, new_run_id
 from reconciler.daemon.loop_promotion import Promotion
 from reconciler.daemon.loop_prs import PrReports
+from reconciler.daemon.loop_retry import retry_journal
 from reconciler.daemon.loop_schedule import Schedule
 from reconciler.daemon.loop_source import Targets
 from reconciler.daemon.loop_state import LoopState, Target
@@ -158,6 +159,9 @@ class Reconciler:
             journal = None
         if journal is not None and self.mode == "enforce":
             return self.apply.recover(journal)
+        if self.mode == "enforce" and (retry := retry_journal(self.store, self.state.applied)) is not None:
+            MirroredJournal(self.store, self.role.ha).save(retry)  # a kill during the retry finishes it
+            return self.apply.recover(retry, trigger="retry")  # the operator's, after its rollout ended
         if self.config.cluster is not None:  # promotion.yaml may hold the commit back (loop_promotion.py)
             target = self.promotion.gate(target)
             if target is None:

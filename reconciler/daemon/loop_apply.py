@@ -78,14 +78,18 @@ class Applying:
             outcome = "partial"
         return Outcome(outcome, error, result.applied, result.failures, failed=result.status == "failed", acted=True)
 
-    def recover(self, journal: RolloutJournal) -> str:
-        """Finish or roll back the rollout a killed daemon left in the journal (one run, trigger `recover`)."""
+    def recover(self, journal: RolloutJournal, trigger: str = "recover") -> str:
+        """Finish or roll back the rollout a killed daemon left in the journal (one run, trigger `recover`), or
+        the operator's retry after its rollout ended (loop_retry.py: trigger `retry`)."""
         store = self.common.store
         run_id = new_run_id()
         commit = journal.commit or ""
         log = self.common.log.bind(run_id=run_id, commit=commit[:12])
-        store.start_run(run_id, "recover", self.role.mode(self.common.config.mode), commit or None, None)
-        log.warning("rollout.recover", phase=journal.phase.value, wave=journal.wave + 1, previous=journal.previous)
+        store.start_run(run_id, trigger, self.role.mode(self.common.config.mode), commit or None, None)
+        if trigger == "retry":
+            log.info("rollout.retry", nodes=[n for w in journal.wave_plan().waves for n in w.nodes])
+        else:
+            log.warning("rollout.recover", phase=journal.phase.value, wave=journal.wave + 1, previous=journal.previous)
         outcome, error, applied = "error", None, 0
         started = clock.wall()
         try:

@@ -20,10 +20,12 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reconciler.daemon.store import JOURNAL_KEY, connect
+from reconciler.daemon.upgrade_view import failed_last
 from reconciler.rollout.journal import glance
 from reconciler.rollout.operator import Request, Requests, pause_why
 
@@ -36,15 +38,26 @@ class Refused(ValueError):
     """A command that cannot be taken: the message says why; nothing was changed."""
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What a command is checked against: the rollout journal in flight, the last rollout's record."""
+
+    journal: Any
+    last: dict[str, Any] | None
+
+
 def _update(path: Path, change: Callable[[dict[str, Any], Any], Any]) -> Any:
-    """Read, change and write the row in one transaction (the daemon and the CLI may write at once)."""
+    """Read, change and write the row in one transaction (the daemon and the CLI may write at once); CHANGE gets
+    the row and what it is checked against (`Seen`)."""
     conn = connect(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
             rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (KEY, JOURNAL_KEY)))
             row = json.loads(rows[KEY]) if KEY in rows else {}
-            result = change(row, json.loads(rows[JOURNAL_KEY]) if JOURNAL_KEY in rows else None)
+            last = conn.execute("SELECT record FROM rollouts ORDER BY id DESC LIMIT 1").fetchone()
+            result = change(row, Seen(json.loads(rows[JOURNAL_KEY]) if JOURNAL_KEY in rows else None,
+                                      json.loads(last[0]) if last else None))
             if json.dumps(row) != rows.get(KEY, "{}"):  # each lease renewal asks: written only when changed
                 conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (KEY, json.dumps(row)))
         except BaseException:
@@ -61,8 +74,9 @@ def _history(row: dict[str, Any], request: Request, effect: str) -> None:
         -HISTORY:]
 
 
-def _check(row: dict[str, Any], journal: Any, request: Request) -> str:
-    """Refused unless REQUEST can be taken now (against the rollout journal in flight); what it will do."""
+def _check(row: dict[str, Any], seen_now: Seen, request: Request) -> str:
+    """Refused unless REQUEST can be taken now (against the rollout journal in flight, or for a retry with none in
+    flight, the last rollout's record); what it will do."""
     op, node = request.op, request.node
     pause = row.get("pause")
     if op == "pause":
@@ -73,8 +87,10 @@ def _check(row: dict[str, Any], journal: Any, request: Request) -> str:
         if not pause:
             raise Refused("not paused: nothing to resume")
         return "resumed: nodes not started may start again"
-    seen = glance(journal)
+    seen = glance(seen_now.journal)
     nodes = (seen.upgrade or {}).get("nodes") if seen else None
+    if (not isinstance(nodes, dict) or not nodes) and op == "retry":
+        return _retry_after(row, seen_now.last, str(node))
     if not isinstance(nodes, dict) or not nodes:
         raise Refused(f"no upgrade in flight: no node to {op}")
     if node not in nodes:
@@ -92,9 +108,22 @@ def _check(row: dict[str, Any], journal: Any, request: Request) -> str:
             "asked: the daemon puts it through the upgrade again (its own drain, resumed after the gates)")
 
 
-def _take(row: dict[str, Any], journal: Any, request: Request) -> str:
+def _retry_after(row: dict[str, Any], last: dict[str, Any] | None, node: str) -> str:
+    """A retry with no rollout in flight: NODE must have failed in the last rollout (daemon/loop_retry.py)."""
+    if node in row.get("retry", {}):
+        raise Refused(f"{node}: a retry is already asked ({Request.from_dict(row['retry'][node]).by()}) and not yet "
+                      "acted on")
+    failed = failed_last(last)
+    if node not in failed:
+        raise Refused(f"no upgrade in flight, and {node} did not fail in the last one"
+                      + (f" (failed there: {', '.join(sorted(failed))})" if failed else ""))
+    return ("asked: no upgrade is in flight; the daemon's next cycle puts it through the upgrade again on its own "
+            "(its drain, what is still to apply, the gates, the resume)")
+
+
+def _take(row: dict[str, Any], seen: Seen, request: Request) -> str:
     """Check REQUEST and make it stand in ROW; what it will do (Refused: ROW unchanged)."""
-    effect = _check(row, journal, request)
+    effect = _check(row, seen, request)
     if request.op == "pause":
         row["pause"] = request.as_dict()
     elif request.op == "resume":
@@ -116,9 +145,9 @@ def give(path: Path, request: Request, *, pair: bool = False) -> str:
             raise Refused(f"{name} must be one printable line of at most {MAX_TEXT} characters (status shows it; "
                           f"got {len(text)} characters{'' if text.isprintable() else ', with a control character'})")
 
-    def change(row: dict[str, Any], journal: Any) -> str:
+    def change(row: dict[str, Any], seen: Seen) -> str:
         if not pair:
-            return _take(row, journal, request)
+            return _take(row, seen, request)
         row["outbox"] = [*row.get("outbox", []), request.as_dict()]
         return ("queued for the leader: this daemon's next lease renewal carries it to the lease node, and the "
                 "leader's takes it from there and checks it (see `reconciler status` on the leader)")
@@ -140,12 +169,12 @@ def carried(path: Path, sent: list[dict[str, Any]]) -> None:
 def take(path: Path, requests: list[dict[str, Any]]) -> list[str]:
     """The leader takes REQUESTS from the lease node, in order, each checked here (a refusal is kept in the
     history, never lost); what became of each."""
-    def change(row: dict[str, Any], journal: Any) -> list[str]:
+    def change(row: dict[str, Any], seen: Seen) -> list[str]:
         out = []
         for data in requests:
             request = Request.from_dict(data)
             try:
-                out.append(_take(row, journal, request))
+                out.append(_take(row, seen, request))
             except Refused as exc:
                 _history(row, request, f"refused: {exc}")
                 out.append(f"refused: {exc}")

@@ -101,6 +101,14 @@ def current(in_flight: dict[str, Any] | None, last: dict[str, Any] | None,
     return (present(upgrade, drained), False) if upgrade is not None else None
 
 
+def failed_last(last: dict[str, Any] | None) -> dict[str, str]:
+    """The nodes that ended `failed` in the LAST rollout's record, with why."""
+    upgrade = upgrade_of(last) or from_timeline(last)
+    nodes = (upgrade or {}).get("nodes") or {}
+    return {str(n): str((e or {}).get("reason") or "failed") for n, e in nodes.items()
+            if isinstance(e, dict) and e.get("state") == "failed"}
+
+
 def from_timeline(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """The final states of an ended rollout's upgrade, from its waves' summaries (`timeline[i]["upgrade"]`:
     done, failed {node: why}, skipped {node: why}, rolled_back), when the record keeps no `upgrade` of its own.

@@ -145,8 +145,12 @@ class RolloutRunner:
         waves = record.wave_plan()
         before = _view_load(record.before, self.workload)
         self.pending = list(record.pending_followups or [])
-        self.log(f"rollout: resuming {record.phase.value} of wave {record.wave + 1} "
-                 f"of commit {str(record.commit)[:12]} after a restart")
+        if waves.mode == "retry":  # daemon/loop_retry.py: no restart, the operator's retry after the rollout ended
+            self.log(f"rollout: retrying {hostlist.compress([n for w in waves.waves for n in w.nodes])} of commit "
+                     f"{str(record.commit)[:12]} (`reconciler upgrade retry` after its rollout ended)")
+        else:
+            self.log(f"rollout: resuming {record.phase.value} of wave {record.wave + 1} "
+                     f"of commit {str(record.commit)[:12]} after a restart")
         if record.phase == Phase.ROLLING_BACK:
             failed = record.failed_gate or {"gate": "restart", "message": "interrupted rollback"}
             return self._roll_back(record, waves, before, record.failed_wave or 1, failed)

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from reconciler.cli.main import main
+from reconciler.daemon.loop_retry import retry_journal
 from reconciler.daemon.operator import KEY, PairCarrier, Refused, StoreDesk, give
 from reconciler.daemon.rollouts import StoreJournal
 from reconciler.daemon.store import JOURNAL_KEY, Store
@@ -150,10 +151,35 @@ def test_a_reason_too_long_or_of_several_lines_is_refused(tmp_path: Path, reason
 
 def test_skip_and_retry_without_an_upgrade_in_flight_are_refused(tmp_path: Path) -> None:
     store = Store(tmp_path / "state.db")
-    for op in ("skip", "retry"):
-        with pytest.raises(Refused, match=f"no upgrade in flight: no node to {op}"):
-            ask(store.path, op, "n1")
+    with pytest.raises(Refused, match="no upgrade in flight: no node to skip"):
+        ask(store.path, "skip", "n1")
+    with pytest.raises(Refused, match="no upgrade in flight, and n1 did not fail in the last one"):
+        ask(store.path, "retry", "n1")
     assert store.get(KEY) is None
+
+
+def test_a_retry_after_the_rollout_ended_stands_for_a_node_that_failed_in_it_and_becomes_a_retry_rollout(
+        tmp_path: Path) -> None:
+    """With no rollout in flight, `retry` is checked against the last rollout's record: a node that failed there
+    is asked (once); the daemon's next cycle turns it into a rollout journal of its own (loop_retry.py): one wave
+    `retry` of that node for the applied commit, the node journalled failed with its reason."""
+    store = Store(tmp_path / "state.db")
+    store.record_rollout("r1", {"commit": "c0ffee", "status": "complete", "upgrade": {
+        "nodes": {"n1": {"state": "failed", "reason": "gpu gate: xid 79"}, "n2": {"state": "done"}},
+        "failed": ["n1"]}}, 1.0)
+    with pytest.raises(Refused, match=r"n2 did not fail in the last one \(failed there: n1\)"):
+        ask(store.path, "retry", "n2")
+    assert ask(store.path, "retry", "n1").startswith("asked: no upgrade is in flight; the daemon's next cycle")
+    with pytest.raises(Refused, match="n1: a retry is already asked"):
+        ask(store.path, "retry", "n1")
+    assert retry_journal(store, None) is None  # nothing applied: nothing to retry against
+    journal = retry_journal(store, "c0ffee")
+    assert journal is not None and journal.commit == "c0ffee"
+    assert [(w.name, w.nodes, w.gated) for w in journal.wave_plan().waves] == [("retry", ["n1"], False)]
+    assert journal.upgrade is not None and journal.upgrade.failed == ["n1"]
+    assert (journal.upgrade.nodes["n1"].state, journal.upgrade.nodes["n1"].reason) == (S.FAILED, "gpu gate: xid 79")
+    StoreDesk(store.path).acted("retry", "n1", "retried: through the machine again")
+    assert retry_journal(store, "c0ffee") is None  # acted on: no second retry rollout
 
 
 def test_the_cli_gives_the_command_and_refuses_bad_input_with_exit_1(tmp_path: Path) -> None:

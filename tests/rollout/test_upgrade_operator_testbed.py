@@ -145,3 +145,46 @@ def test_pause_skip_retry_on_a_running_daemon_each_surviving_a_restart(bed: Test
     assert bed.run("gpu03", BOOT_ID, check=True).stdout == boot03  # skipped: never rebooted
     installed = bed.run("gpu03", f"dpkg-query -W -f='${{Version}}' {DRIVER}", check=True).stdout
     assert installed == old, installed
+
+
+def test_retry_after_the_rollout_ended_puts_the_fixed_node_through_the_upgrade_again(bed: Testbed,
+                                                                                      tmp_path: Path) -> None:
+    """gpu03 fails its site check (within failure_budget 1): the rollout ends, gpu03 stays drained for a human.
+    The human fixes it and retries it; the daemon's next cycle, with no rollout in flight, runs the upgrade machine
+    for gpu03 alone (daemon/loop_retry.py): its gates pass, it is resumed, status says done."""
+    desired = tmp_path / "desired"
+    shutil.copytree(bed.desired_state, desired)
+    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
+    old, new = versions[0], versions[-1]
+    (desired / "packages.yaml").write_text(pair(old, "gpu03"))
+    first = cli("apply", str(desired), "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    remote = GitRemote.create(tmp_path, desired)
+    bed.run("gpu03", "touch /etc/op-broken", check=True)
+    state_dir = tmp_path / "state"
+    one = daemon(tmp_path, remote, state_dir, 1)
+    try:
+        one.wait_applied(remote.head(), timeout=180)
+        target = remote.commit("driver pair old -> new on gpu03",
+                               {"rollout.yaml": lambda _: UPGRADE,
+                                "packages.yaml": lambda _: pair(new, "gpu03", "reboot")})
+        one.wait_applied(target, timeout=500)  # ended: gpu03 failed, within the failure budget
+        status = one.status()
+        assert status["upgrade"]["nodes"]["gpu03"]["state"] == "failed", status["upgrade"]
+        assert "site-check" in bed.run("ctl", "scontrol show node -o gpu03", check=True).stdout
+        bed.run("gpu03", "rm -f /etc/op-broken", check=True)  # a human fixed it
+        said = op(state_dir, "retry", "gpu03", "--reason", "fan replaced")
+        assert "no upgrade is in flight; the daemon's next cycle puts it through the upgrade again" in said, said
+        one.wait_for("gpu03 done after the retry",
+                     lambda: (one.status().get("upgrade") or {}).get("nodes", {}).get("gpu03", {}).get("state")
+                     == "done", 400)
+        status = one.status()
+    finally:
+        one.stop()
+    node = bed.run("ctl", "scontrol show node -o gpu03", check=True).stdout
+    assert "DRAIN" not in node.split("Reason=")[0], node  # its own drain, resumed after the gates
+    assert new.rsplit("-", 1)[0] in bed.run("gpu03", SMI, check=True).stdout
+    history = [(h["op"], h.get("node"), h["effect"].split(":")[0]) for h in status["upgrade_operator"]["history"]]
+    assert history == [("retry", "gpu03", "retried")], json.dumps(status["upgrade_operator"])
+    log = (tmp_path / "daemon1.log").read_text()
+    assert "retrying gpu03 of commit" in log and "after a restart" not in log, log[-3000:]

@@ -63,7 +63,7 @@ def test_reservation_mode_lets_short_jobs_use_the_free_gpus_until_the_long_job_e
         bed: Testbed, tmp_path: Path) -> None:
     old, new = versions(bed)
     desired = seeded(bed, tmp_path, pair(old, "gpu[01-02]"))  # also makes partition batch (cluster.yaml)
-    long = submit(bed, "-w gpu01 -p debug --gres=gpu:1 --time=2 --wrap 'sleep 70'")
+    long = submit(bed, "-w gpu01 -p debug --gres=gpu:1 --time=2 --wrap 'sleep 45'")
     batch = submit(bed, "-w gpu01 -p batch --gres=gpu:1 --time=30 --wrap 'sleep 1200'")
     poll("both jobs running on gpu01", lambda: all(field(job(bed, j), "JobState") == "RUNNING"
                                                    for j in (long, batch)), 60)
