@@ -26,7 +26,7 @@ import pytest
 from reconciler.common.versions import deb_compare
 from tests.daemon.harness import DaemonProcess, GitRemote
 from tests.rollout.conftest import journal
-from tests.rollout.upgrade_bed import DRIVER, cli, daemon, pair
+from tests.rollout.upgrade_bed import DRIVER, cli, daemon, pair, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
@@ -152,14 +152,8 @@ def test_retry_after_the_rollout_ended_puts_the_fixed_node_through_the_upgrade_a
     """gpu03 fails its site check (within failure_budget 1): the rollout ends, gpu03 stays drained for a human.
     The human fixes it and retries it; the daemon's next cycle, with no rollout in flight, runs the upgrade machine
     for gpu03 alone (daemon/loop_retry.py): its gates pass, it is resumed, status says done."""
-    desired = tmp_path / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
-    old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, "gpu03"))
-    first = cli("apply", str(desired), "--yes")
-    assert first.returncode == 0, first.stdout + first.stderr
-    remote = GitRemote.create(tmp_path, desired)
+    old, new = versions(bed)
+    remote = GitRemote.create(tmp_path, seeded(bed, tmp_path, pair(old, "gpu03")))
     bed.run("gpu03", "touch /etc/op-broken", check=True)
     state_dir = tmp_path / "state"
     one = daemon(tmp_path, remote, state_dir, 1)
