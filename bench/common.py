@@ -108,3 +108,11 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cores} cores, {round(mem_kib / 2**20)} GiB, {distro}"
+
+
+def testbed(*args: str, check: bool = True, timeout: float = 600) -> str:
+    """deploy/testbed/testbed ARGS; its stdout (RuntimeError with its stderr's tail when it fails and CHECK)."""
+    done = subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"testbed {' '.join(args[:3])}: {done.stderr[-800:]}")
+    return done.stdout

@@ -34,13 +34,14 @@ import tempfile
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from functools import cmp_to_key
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log, machine, median, python_env, reconciler_argv
+from bench.common import log, machine, median, python_env, reconciler_argv, testbed
 from bench.upgrade import DRIVER, FM, packages_yaml
+from reconciler.common.versions import deb_compare
 
-TESTBED = REPO / "deploy" / "testbed" / "testbed"
 NAME, SUBNET = "bgh", "10.244.0"
 NODES = ["gpu01", "gpu02"]
 LONG = {"gpu01": (3, 150), "gpu02": (2, 90)}  # time limit (minutes), seconds it runs
@@ -57,14 +58,6 @@ ROLLOUT = """rollout:
 """
 
 
-def testbed(*args: str, check: bool = True, timeout: float = 900) -> str:
-    """deploy/testbed/testbed ARGS; its stdout."""
-    done = subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=timeout)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"testbed {' '.join(args[:3])}: {done.stderr[-800:]}")
-    return done.stdout
-
-
 def on(node: str, command: str, check: bool = True) -> str:
     """COMMAND on NODE over the testbed's SSH; its stdout."""
     config = Path("/var/lib/reconciler-testbed") / NAME / "ssh_config"
@@ -79,11 +72,8 @@ def up() -> tuple[Path, list[str]]:
     (the copy, the stand-in driver's versions oldest first)."""
     testbed("down", "--name", NAME, check=False)
     state = Path(testbed("up", "--packages", "--nodes", str(len(NODES)), "--name", NAME, "--subnet",
-                         SUBNET).strip().splitlines()[-1])
+                         SUBNET, timeout=900).strip().splitlines()[-1])
     manifest = json.loads((state.parent / "packages" / "manifest.json").read_text())["deb"]["standin"]
-    from functools import cmp_to_key
-
-    from reconciler.common.versions import deb_compare
     versions = sorted(manifest[DRIVER], key=cmp_to_key(deb_compare))
     assert manifest[FM] == manifest[DRIVER], manifest
     desired = Path(tempfile.mkdtemp(prefix="bench-gpu-hours-")) / "desired"

@@ -35,20 +35,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log, machine, median, python_env, reconciler_argv
+from bench.common import TESTBED, log, machine, median, python_env, reconciler_argv, testbed
 from tests.rollout.slurm_upgrade_bed import BACKUP, COMPUTE_PACKAGES, CTL_PACKAGES, ROLLOUT, pins
 
-TESTBED = REPO / "deploy" / "testbed" / "testbed"
 NAME, SUBNET = "bsu", "10.249.0"
 STREAM = "/root/stream.log"
-
-
-def testbed(*args: str, check: bool = True, timeout: float = 600) -> str:
-    """deploy/testbed/testbed ARGS; its stdout."""
-    done = subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=timeout)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"testbed {' '.join(args[:3])}: {done.stderr[-800:]}")
-    return done.stdout
 
 
 def on(node: str, command: str, check: bool = True, timeout: float = 600) -> str:
