@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rollout.upgrade_bed import REPO, cli, field, pair, seeded, versions
+from tests.rollout.upgrade_bed import REPO, cli, field, package_bed, pair, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -35,8 +35,7 @@ UPGRADE = f"""rollout:
 @pytest.fixture(scope="module")
 def bed(testbed_factory: Callable[..., Testbed]) -> Iterator[Testbed]:
     """3 compute nodes, Slurm 22.05, the package repository."""
-    testbed = testbed_factory(nodes=3, packages=True)
-    testbed.wait_idle(timeout=120)
+    testbed = package_bed(testbed_factory, 3)
     yield testbed
     testbed.down()
 

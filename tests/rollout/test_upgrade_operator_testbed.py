@@ -14,19 +14,16 @@ this time, gpu02 goes, the rollout ends with gpu03 on the old version, reported 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import time
 from collections.abc import Callable
-from functools import cmp_to_key
 from pathlib import Path
 
 import pytest
 
-from reconciler.common.versions import deb_compare
 from tests.daemon.harness import DaemonProcess, GitRemote
 from tests.rollout.conftest import journal
-from tests.rollout.upgrade_bed import DRIVER, cli, daemon, pair, seeded, versions
+from tests.rollout.upgrade_bed import DRIVER, cli, daemon, package_bed, pair, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
@@ -68,20 +65,12 @@ def op(state_dir: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def bed(testbed_factory: Callable[..., Testbed]) -> Testbed:
     """3 compute nodes, Slurm 22.05, the package repository."""
-    testbed = testbed_factory(nodes=len(NODES), packages=True)
-    testbed.wait_idle(timeout=120)
-    return testbed
+    return package_bed(testbed_factory, len(NODES))
 
 
 def test_pause_skip_retry_on_a_running_daemon_each_surviving_a_restart(bed: Testbed, tmp_path: Path) -> None:
-    desired = tmp_path / "desired"
-    shutil.copytree(bed.desired_state, desired)
-    versions = sorted(bed.package_manifest["deb"]["standin"][DRIVER], key=cmp_to_key(deb_compare))
-    old, new = versions[0], versions[-1]
-    (desired / "packages.yaml").write_text(pair(old, "gpu[01-03]"))
-    first = cli("apply", str(desired), "--yes")
-    assert first.returncode == 0, first.stdout + first.stderr
-    remote = GitRemote.create(tmp_path, desired)
+    old, new = versions(bed)
+    remote = GitRemote.create(tmp_path, seeded(bed, tmp_path, pair(old, "gpu[01-03]")))
     bed.run("gpu01", "touch /etc/op-broken", check=True)
     boot03 = bed.run("gpu03", BOOT_ID, check=True).stdout
     state_dir = tmp_path / "state"

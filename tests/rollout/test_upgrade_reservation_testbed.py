@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rollout.upgrade_bed import REPO, field, pair, poll, seeded, versions
+from tests.rollout.upgrade_bed import REPO, field, package_bed, pair, poll, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
@@ -42,8 +42,7 @@ ROLLOUT = """rollout:
 @pytest.fixture(scope="module")
 def bed(testbed_factory: Callable[..., Testbed]) -> Iterator[Testbed]:
     """2 compute nodes, Slurm 22.05, the package repository."""
-    testbed = testbed_factory(nodes=2, packages=True)
-    testbed.wait_idle(timeout=120)
+    testbed = package_bed(testbed_factory, 2)
     yield testbed
     testbed.down()
 
