@@ -96,9 +96,7 @@ def _check(row: dict[str, Any], seen_now: Seen, request: Request) -> str:
     if node not in nodes:
         raise Refused(f"{node} is not a node of the upgrade in flight (its nodes: {', '.join(sorted(nodes))})")
     state = str((nodes[node] or {}).get("state"))
-    if node in row.get(op, {}):
-        raise Refused(f"{node}: a {op} is already asked ({Request.from_dict(row[op][node]).by()}) and not yet "
-                      "acted on")
+    _not_asked(row, op, str(node))
     if op == "skip" and state != "upgrade-required":
         raise Refused(f"{node} is {state}: only a node not yet started can be skipped (a node in flight finishes "
                       "its upgrade; a node done is on the new version)")
@@ -108,11 +106,16 @@ def _check(row: dict[str, Any], seen_now: Seen, request: Request) -> str:
             "asked: the daemon puts it through the upgrade again (its own drain, resumed after the gates)")
 
 
+def _not_asked(row: dict[str, Any], op: str, node: str) -> None:
+    """Refused when OP of NODE is asked already and not yet acted on."""
+    if node in row.get(op, {}):
+        raise Refused(f"{node}: a {op} is already asked ({Request.from_dict(row[op][node]).by()}) and not yet "
+                      "acted on")
+
+
 def _retry_after(row: dict[str, Any], last: dict[str, Any] | None, node: str) -> str:
     """A retry with no rollout in flight: NODE must have failed in the last rollout (daemon/loop_retry.py)."""
-    if node in row.get("retry", {}):
-        raise Refused(f"{node}: a retry is already asked ({Request.from_dict(row['retry'][node]).by()}) and not yet "
-                      "acted on")
+    _not_asked(row, "retry", node)
     failed = failed_last(last)
     if node not in failed:
         raise Refused(f"no upgrade in flight, and {node} did not fail in the last one"

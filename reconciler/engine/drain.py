@@ -89,9 +89,11 @@ class NodeDrain:
     def _ok(self, command: str) -> bool:
         return self.run(self.steps.run_on, command)[0]
 
-    def jobs(self) -> int:
-        """Jobs still holding the node; -1 when the controller could not say (counts as busy)."""
-        ok, out = self.run(self.steps.run_on, self.steps.jobs)
+    def jobs(self, waited_only: bool = False) -> int:
+        """Jobs still holding the node (WAITED_ONLY: those outside the partitions `requeue` empties, the steps'
+        `kept_jobs`); -1 when the controller could not say (counts as busy)."""
+        command = (self.steps.kept_jobs or self.steps.jobs) if waited_only else self.steps.jobs
+        ok, out = self.run(self.steps.run_on, command)
         return len([line for line in out.splitlines() if line.strip()]) if ok else -1
 
     def drained(self) -> bool:

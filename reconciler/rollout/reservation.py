@@ -75,13 +75,11 @@ class Taking:
 
     def _reserved(self, node: str, drain: NodeDrain, entry: NodeEntry) -> Ready:
         steps = drain.steps
-        count_jobs = steps.kept_jobs or steps.jobs
 
         def started() -> bool:
             if steps.reserved is not None and self.run(steps.run_on, steps.reserved)[0]:
                 return True
-            ok, out = self.run(steps.run_on, count_jobs)
-            count = len([line for line in out.splitlines() if line.strip()]) if ok else -1
+            count = drain.jobs(waited_only=True)
             if count != self.entry(node).jobs:
                 self.note(node, jobs=count)
             return count == 0
