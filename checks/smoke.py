@@ -183,8 +183,10 @@ def run_smoke(transport: Transport, launcher: NodeSpec, controller: NodeSpec, sp
     elif rcs.get("step", 1) != 0 or any(rc != 0 for rc in rcs.values()):
         why = _last_error(output) or f"srun exited {rcs}"
         # A node Slurm drained (a failed prolog) aborts the whole step: the others' tasks are then Terminated or
-        # Killed by srun, not failed on their own, and are not blamed (the wave fails by the drained node anyway).
-        collateral = _aborted_tasks(output) if drained else set()
+        # Killed by srun, or never say a word before srun gives up on the step ("Job step aborted", then "Timed out
+        # waiting for job step to complete", seen on a loaded testbed), not failed on their own. They are not blamed:
+        # the wave fails by the drained node anyway, and a node that had its own fault fails the retry.
+        collateral = aborted_tasks(output, nodes, passed | set(failed)) if drained else set()
         failed.update({n: why for n in nodes if n not in failed and n not in passed and n not in collateral})
         if not failed:  # every node said OK but srun failed anyway (a container start, the epilog): all of them
             failed = {n: why for n in nodes}
@@ -215,9 +217,12 @@ def container_failures(output: str, image: str, nodes: Sequence[str]) -> dict[st
 _ABORTED = re.compile(r"srun: error: (\S+): tasks? [\d,-]+: (?:Terminated|Killed)$")
 
 
-def _aborted_tasks(output: str) -> set[str]:
-    """Nodes whose task srun reports Terminated or Killed (a step aborted for another node's sake)."""
-    return {hit.group(1) for line in output.splitlines() if (hit := _ABORTED.match(line.strip()))}
+def aborted_tasks(output: str, nodes: Sequence[str], spoke: set[str]) -> set[str]:
+    """Nodes whose task a step aborted for another node's sake ended: Terminated, Killed, or silent after the abort."""
+    ended = {hit.group(1) for line in output.splitlines() if (hit := _ABORTED.match(line.strip()))}
+    if "Job step aborted" in output:
+        ended |= {n for n in nodes if n not in spoke}
+    return ended
 
 
 def _last_error(output: str) -> str:

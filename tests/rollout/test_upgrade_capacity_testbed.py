@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.rollout.test_upgrade_testbed import most_out_at_once
-from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, seeded, versions
+from tests.rollout.upgrade_bed import DRIVER, FM, cli, field, poll, seeded, versions
 from tests.testbed_fixture import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(900)]
@@ -104,6 +104,10 @@ def test_max_unavailable_counts_a_humans_drains_and_min_available_holds_a_partit
 
     # 2. gpu08 back, gpu07 still drained; min_available 75% of debug holds the upgrade to one node at a time
     bed.run("ctl", "scontrol update nodename=gpu08 state=resume", check=True)
+    # A loaded CI machine once showed gpu08 IDLE+NOT_RESPONDING here (a ping missed while six nodes rebooted): the
+    # plan rightly counts it unavailable then, so this step starts once slurmctld has it plain idle again.
+    poll("gpu08 idle and responding", lambda: bed.run("ctl", "sinfo -h -n gpu08 -o %t").stdout.strip() == "idle",
+         timeout=180, every=1)
     (desired / "rollout.yaml").write_text(ROLLOUT.format(limit="8", extra="    min_available: {debug: 75%}\n"))
     (desired / "packages.yaml").write_text(packages([("gpu[01-03]", old, True), ("gpu[04-06]", new, False),
                                                      ("gpu[07-08]", old, False)]))
