@@ -329,12 +329,14 @@ def _register_daemon() -> None:
     """Attach the daemon commands (run, status, history, upgrade)."""
     from reconciler.cli.daemon import COMMANDS
     from reconciler.cli.importer import import_command
+    from reconciler.cli.promote import promote
     from reconciler.cli.upgrade import upgrade
 
     for command in COMMANDS:
         main.add_command(command)
     main.add_command(import_command)
     main.add_command(upgrade)  # the operator's pause / resume / skip / retry of the daemon's upgrade
+    main.add_command(promote)  # the operator's approve / hold / release / hotfix / back of a cluster's promotion
 
 
 def _register_checks() -> None:

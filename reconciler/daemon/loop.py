@@ -79,7 +79,7 @@ class Reconciler:
         self.targets = Targets(self.common, self.state, self.source, self.notices)
         self.checks = HealthChecks(self.common, self.notices)
         self.prs = PrReports(self.common, self.source)
-        self.promotion = Promotion(self.common, self.state, self.source, self.targets.target_of)
+        self.promotion = Promotion(self.common, self.state, self.source, self.targets.target_of, self.notices)
         self.apply = Applying(self.common, self.role, self.notices, self.state, self.schedule, self.sessions,
                               self.gate, self.source, self.targets.target_of, self.prs.note_rollback,
                               on_applied=self.promotion.applied)
@@ -166,6 +166,7 @@ class Reconciler:
             target = self.promotion.gate(target)
             if target is None:
                 return None
+            trigger = self.promotion.trigger or trigger  # a hotfix or a going back asked by the operator
         target = self._unless_rolled_back(target)
         if target is None:
             return None

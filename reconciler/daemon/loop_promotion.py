@@ -11,10 +11,11 @@ from typing import Any
 import git
 
 from reconciler.common import clock
+from reconciler.daemon import notify
 from reconciler.daemon.git_source import GitSource
-from reconciler.daemon.loop_core import Common
+from reconciler.daemon.loop_core import Common, Notices
 from reconciler.daemon.loop_state import LoopState, Target
-from reconciler.daemon.promotion import Decision, Upstream, decide, journal
+from reconciler.daemon.promotion import AWAITING_APPROVAL, Decision, Upstream, decide, journal
 from reconciler.daemon.promotion_http import (
     CLUSTER_KEY,
     PROMOTION_KEY,
@@ -22,6 +23,7 @@ from reconciler.daemon.promotion_http import (
     note_applied,
     note_promoted,
 )
+from reconciler.daemon.promotion_steer import Steer, Steering
 from reconciler.desired.errors import DesiredStateError
 from reconciler.desired.layout import cluster_names
 from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_promotion
@@ -33,8 +35,11 @@ class Promotion:
     """Hold a commit back until the earlier cluster promoted it; remember what each cluster applied, and when."""
 
     def __init__(self, common: Common, state: LoopState, source: GitSource | None,
-                 target_of: Callable[[str | None], Target | None]) -> None:
+                 target_of: Callable[[str | None], Target | None], notices: Notices | None = None) -> None:
         self.common, self.state, self.source, self.target_of = common, state, source, target_of
+        self.steering = Steering(common, state, source, notices)
+        self.notices = notices
+        self.trigger: str | None = None  # the run's trigger when the operator steered this cycle (hotfix, back)
 
     def gate(self, target: Target) -> Target | None:
         """The target this cluster may reconcile now: TARGET, an older promoted commit, the applied one, or None."""
@@ -52,6 +57,12 @@ class Promotion:
             self.common.store.set(PROMOTION_KEY, journal(previous, held, after=previous.get("after") or "?",
                                                   source=previous.get("source"), unreachable=None))
             return self.target_of(self.state.applied) if self.state.applied else None  # never ungated
+        self.trigger = None
+        self.steering.hold_after_rollback(rule)
+        self.steering.take_back()
+        steer = self.steering.steer(target.commit, rule)
+        if steer is not None:
+            return self._steered(target, rule, steer)
         if rule is None:
             if self.common.store.get(PROMOTION_KEY) is not None:
                 self.common.store.set(PROMOTION_KEY, None)  # promotion.yaml no longer names this cluster
@@ -76,8 +87,10 @@ class Promotion:
         # a drift check of the applied commit decides nothing: no `git rev-list` on that path
         lineage = [] if target.commit == self.state.applied else \
             self.source.repo.git.rev_list(f"--max-count={MAX_LINEAGE}", target.commit).split()
+        approved = self.steering.approved() if rule.approval == "required" else None
         decision = decide(target.commit, self.state.applied, lineage, upstream, rule.soak.total_seconds(),
-                          after=rule.after, unreachable=unreachable, rejected=rejected)
+                          after=rule.after, unreachable=unreachable, rejected=rejected, approved=approved,
+                          cluster=cluster)
         if upstream is not None:  # remember the earlier cluster's rollbacks of this branch: never applied here
             rejected.update({c: {"gate": why.get("gate"), "message": why.get("message"), "at": why.get("at")}
                              for c, why in upstream.rolled_back.items() if c in lineage})
@@ -88,6 +101,9 @@ class Promotion:
                 (record["holding"], record["reason"], record["apply"]):
             self.common.log.info("promotion.decision", after=rule.after, apply=decision.apply, holding=decision.holding,
                           reason=decision.reason, message=decision.message)
+            if decision.reason == AWAITING_APPROVAL and self.notices is not None:
+                self.notices.send(lambda: notify.promotion_message(
+                    f"commit {target.commit[:12]} waits for an approval", [decision.message], cluster, "approval"))
         if decision.apply is None or decision.apply == self.state.applied:
             if target.commit == self.state.applied:
                 return target
@@ -95,6 +111,25 @@ class Promotion:
         if decision.apply == target.commit:
             return target
         return self.target_of(decision.apply)
+
+    def _steered(self, target: Target, rule: PromotionRule | None, steer: Steer) -> Target | None:
+        """Journal what the operator's row decided (for a cluster with a rule) and return its target."""
+        applied = self.state.applied
+        holding = target.commit if target.commit not in (steer.commit, applied) else None
+        decision = Decision(steer.commit if steer.commit != applied else None, holding, steer.reason, steer.message)
+        previous = self.common.store.get(PROMOTION_KEY) or {}
+        if rule is not None:
+            record = journal(previous, decision, after=rule.after, source=previous.get("source"), unreachable=None)
+            self.common.store.set(PROMOTION_KEY, record)
+        if (previous.get("reason"), previous.get("apply"), previous.get("holding")) != \
+                (steer.reason, decision.apply, holding):
+            self.common.log.info("promotion.decision", apply=decision.apply, holding=holding, reason=steer.reason,
+                                 message=steer.message)
+        if steer.commit is None:
+            return None
+        if steer.commit != applied:
+            self.trigger = steer.trigger
+        return target if steer.commit == target.commit else self.target_of(steer.commit)
 
     def _rule_in_force(self, target: Target, cluster: str) -> PromotionRule | None:
         """This cluster's rule in TARGET's promotion.yaml, or else in the applied commit's: a commit that drops the
@@ -130,6 +165,7 @@ class Promotion:
         checks = target.loaded.state.checks
         expects = bool(self.common.config.checks_after_apply and (checks.node or checks.nccl))
         note_applied(self.common.store, target.commit, now, expects)
+        self.steering.applied(target.commit)
         promotion: dict[str, Any] = self.common.store.get(PROMOTION_KEY) or {}
         if promotion.get("apply") == target.commit and promotion.get("upstream_applied_at") is not None:
             note_promoted(self.common.store, target.commit, float(promotion["upstream_applied_at"]), now)

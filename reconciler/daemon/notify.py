@@ -402,3 +402,9 @@ def invalid_commit_message(commit: str, errors: list[str], subject: str | None =
     body = _head(None, subject) + errors[:10] + ([f"... and {len(errors) - 10} more"] if len(errors) > 10 else [])
     body.append("It is not applied; the last good commit stays.")
     return Message("invalid-commit", f"reconciler: commit {_short(commit)} {what}", "\n".join(body), commit)
+
+
+def promotion_message(title: str, lines: list[str], cluster: str | None, key: str) -> Message:
+    """A promotion event of CLUSTER: held, released, gone back, a hotfix applied or refused, an approval needed."""
+    return Message("promotion", f"reconciler: {cluster or 'cluster'}: {title}", "\n".join(_head(cluster) + lines),
+                   f"{cluster}:{key}:{title}")

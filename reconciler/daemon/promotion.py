@@ -16,6 +16,8 @@ from reconciler.common import clock
 NOT_APPLIED, SOAKING, UNHEALTHY, ROLLED_BACK, SUPERSEDED, UNREACHABLE, UNCHECKED = (
     "not-applied-upstream", "soaking", "unhealthy-upstream", "rolled-back-upstream", "superseded-upstream",
     "upstream-unreachable", "checks-pending-upstream")
+# Why, when this cluster's operator steers it (promotion_steer.py).
+AWAITING_APPROVAL, HELD, OUTSIDE_WINDOW, HOTFIX = "approval-required", "held", "outside-window", "hotfix"
 
 
 @dataclass(frozen=True)
@@ -109,14 +111,24 @@ def judge(commit: str, upstream: Upstream, soak: float, rejected: dict[str, Any]
     return Verdict(False, SOAKING, f"soaking on {after}: {remaining:.0f}s of {soak:.0f}s left", remaining)
 
 
+def approve(verdict: Verdict, commit: str, approved: set[str] | None, cluster: str) -> Verdict:
+    """VERDICT, unless an approval is needed (APPROVED not None) and COMMIT has none."""
+    if not verdict.ok or approved is None or commit in approved:
+        return verdict
+    return Verdict(False, AWAITING_APPROVAL, f"its upstream verdict holds; waiting for an approval: reconciler "
+                   f"promote approve {commit[:12]} --cluster {cluster}")
+
+
 def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstream | None, soak: float, *,
-           after: str, unreachable: str | None = None, rejected: dict[str, Any] | None = None) -> Decision:
+           after: str, unreachable: str | None = None, rejected: dict[str, Any] | None = None,
+           approved: set[str] | None = None, cluster: str = "this cluster") -> Decision:
     """What to apply of this cluster's branch.
 
     HEAD: the branch head (validated); APPLIED: this cluster's applied commit; LINEAGE: HEAD's history, newest
     first (`git rev-list HEAD`); UPSTREAM: the earlier cluster's answer, None when it could not be had (UNREACHABLE
     says why). The newest commit of LINEAGE newer than APPLIED that the answer promotes is applied; HEAD, when not
-    promoted itself, is held back with its reason.
+    promoted itself, is held back with its reason. APPROVED (approval required): the commits approved here; any
+    other is held back, whatever the upstream says (an approval names one commit, not those after it).
     """
     if head == applied:
         return Decision(None)
@@ -126,7 +138,8 @@ def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstrea
     newer = lineage[:lineage.index(applied)] if applied in lineage else list(lineage)
     if head not in newer:
         newer.insert(0, head)
-    verdicts = {commit: judge(commit, upstream, soak, rejected) for commit in newer}
+    verdicts = {commit: approve(judge(commit, upstream, soak, rejected), commit, approved, cluster)
+                for commit in newer}
     chosen = next((c for c in newer if verdicts[c].ok), None)
     at = upstream.applied[chosen].applied_at if chosen else None
     held = verdicts[head]

@@ -9,6 +9,8 @@ from typing import Any
 
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.promotion_http import CLUSTER_KEY, PROMOTED_KEY, PROMOTION_KEY
+from reconciler.daemon.promotion_operator import KEY as OPERATOR_KEY
+from reconciler.daemon.promotion_operator import by
 from reconciler.daemon.store import Store
 
 SHOWN = 5  # promoted commits listed
@@ -16,8 +18,35 @@ SHOWN = 5  # promoted commits listed
 
 def load(store: Store) -> dict[str, Any]:
     """The promotion view's data from a store: cluster, decision (the journal), promoted (lags), newest first."""
+    row = store.get(OPERATOR_KEY) or {}
+    operator = {"hold": row.get("hold"), "hotfix": row.get("hotfix"), "back": row.get("back"),
+                "approvals": dict(sorted((row.get("approvals") or {}).items(), key=lambda kv: -float(kv[1]["at"]))
+                                  [:SHOWN]),
+                "hotfixes": list(reversed(row.get("hotfixes") or []))[:SHOWN],
+                "history": list(reversed(row.get("history") or []))[:SHOWN]}
     return {"cluster": store.get(CLUSTER_KEY), "promotion": store.get(PROMOTION_KEY),
-            "promoted": list(reversed(store.get(PROMOTED_KEY) or []))[:SHOWN]}
+            "promoted": list(reversed(store.get(PROMOTED_KEY) or []))[:SHOWN], "promotion_operator": operator}
+
+
+def operator_lines(operator: dict[str, Any] | None) -> list[str]:
+    """The operator's part: the hold, a pending hotfix or back, the approvals and the hotfixes applied."""
+    operator = operator or {}
+    out = []
+    hold = operator.get("hold")
+    if hold:
+        kind = {"back": f"went back from {str(hold.get('from'))[:12]} to {str(hold.get('pin'))[:12]}",
+                "rollback": f"after {str(hold.get('commit'))[:12]} was rolled back", "manual": "by hand"}.get(
+                    str(hold.get("kind")), str(hold.get("kind")))
+        out.append(f"HELD ({kind}): {by(hold)}; `reconciler promote release` lets promotion go on")
+    if operator.get("back"):
+        out.append(f"going back asked: {by(operator['back'])}")
+    if operator.get("hotfix"):
+        out.append(f"hotfix asked: {str(operator['hotfix']['commit'])[:12]} ({by(operator['hotfix'])})")
+    for commit, req in (operator.get("approvals") or {}).items():
+        out.append(f"approved: {commit[:12]} ({by(req)})")
+    for req in operator.get("hotfixes") or []:
+        out.append(f"hotfix: {str(req.get('commit'))[:12]} applied at {_stamp(req.get('applied_at'))} ({by(req)})")
+    return out
 
 
 def _stamp(ts: Any) -> str:
@@ -54,6 +83,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         for commit, why in sorted((promotion.get("rejected") or {}).items()):
             out.append(f"  never promoted: {commit[:12]} ({promotion.get('after')} rolled it back: gate "
                        f"{why.get('gate')}: {why.get('message')})")
+    out += [f"  {line}" for line in operator_lines(data.get("promotion_operator"))]
     for entry in data.get("promoted") or []:
         out.append(f"  promoted: {lag_line(entry)}")
     return out
@@ -78,6 +108,10 @@ def section(data: dict[str, Any] | None) -> str:
         for commit, why in sorted((promotion.get("rejected") or {}).items()):
             items.append(f"<dt>never promoted</dt><dd><code>{_t(commit[:12])}</code> {_t(promotion.get('after'))} "
                          f"rolled it back (gate {_t(why.get('gate'))}: {_t(why.get('message'))})</dd>")
+    for line in operator_lines(data.get("promotion_operator")):
+        word, _, rest = line.partition(":")
+        css = "bad" if word.startswith("HELD") else "operator"
+        items.append(f'<dt>{_t(word.split(" (")[0].lower())}</dt><dd class="{css}">{_t(line)}</dd>')
     for entry in data.get("promoted") or []:
         items.append(f'<dt>promoted</dt><dd class="promoted">{_t(lag_line(entry))}</dd>')
     return '<section id="promotion"><h2>Promotion</h2><dl>' + "".join(items) + "</dl></section>"

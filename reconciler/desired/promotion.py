@@ -1,24 +1,27 @@
 """Read a multi-cluster repository's `promotion.yaml`: which cluster takes a commit after which, and the soak.
 
     promotion:
-      production: {after: staging, soak: 30m}
+      production: {after: staging, soak: 30m, approval: required, hold_after_rollback: true,
+                   windows: [{days: mon-fri, start: "09:00", end: "17:00", timezone: Europe/Berlin}]}
 
 Validated at file:line: `after` names another cluster of the repository, a cluster has one `after` (a mapping
-key cannot repeat), and the chain of `after`s has no cycle.
+key cannot repeat), and the chain of `after`s has no cycle. `windows` are the rollout's windows, the same type
+(reconciler/model/windows.py): outside every one of them nothing new is promoted.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, Location, nearest
 from reconciler.desired.layout import cluster_names
 from reconciler.desired.loader import parse_file, pydantic_errors
 from reconciler.model import parse_duration
+from reconciler.model.windows import Window
 
 PROMOTION_FILE = "promotion.yaml"
 MAX_SOAK = timedelta(days=7)
@@ -42,6 +45,12 @@ class PromotionRule(BaseModel):
 
     after: str
     soak: Annotated[timedelta, BeforeValidator(_soak)] = timedelta(0)
+    approval: Literal["none", "required"] = Field(default="none", description="required: a commit is applied "
+                                                  "only once `reconciler promote approve COMMIT` named it too")
+    hold_after_rollback: bool = Field(default=True, description="When this cluster's own gates roll a promoted "
+                                      "commit back, promote nothing more until `reconciler promote release`")
+    windows: list[Window] = Field(default_factory=list, description="Promote only inside these windows (the "
+                                  "rollout's window type; none: any time)")
 
 
 class _PromotionFile(BaseModel):
