@@ -90,7 +90,7 @@ class Promotion:
         approved = self.steering.approved() if rule.approval == "required" else None
         decision = decide(target.commit, self.state.applied, lineage, upstream, rule.soak.total_seconds(),
                           after=rule.after, unreachable=unreachable, rejected=rejected, approved=approved,
-                          cluster=cluster)
+                          cluster=cluster, here=self.common.store.rolled_back())
         if upstream is not None:  # remember the earlier cluster's rollbacks of this branch: never applied here
             rejected.update({c: {"gate": why.get("gate"), "message": why.get("message"), "at": why.get("at")}
                              for c, why in upstream.rolled_back.items() if c in lineage})

@@ -17,7 +17,8 @@ NOT_APPLIED, SOAKING, UNHEALTHY, ROLLED_BACK, SUPERSEDED, UNREACHABLE, UNCHECKED
     "not-applied-upstream", "soaking", "unhealthy-upstream", "rolled-back-upstream", "superseded-upstream",
     "upstream-unreachable", "checks-pending-upstream")
 # Why, when this cluster's operator steers it (promotion_steer.py).
-AWAITING_APPROVAL, HELD, OUTSIDE_WINDOW, HOTFIX = "approval-required", "held", "outside-window", "hotfix"
+AWAITING_APPROVAL, HELD, OUTSIDE_WINDOW, HOTFIX, ROLLED_BACK_HERE = (
+    "approval-required", "held", "outside-window", "hotfix", "rolled-back-here")
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,16 @@ def approve(verdict: Verdict, commit: str, approved: set[str] | None, cluster: s
 
 def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstream | None, soak: float, *,
            after: str, unreachable: str | None = None, rejected: dict[str, Any] | None = None,
-           approved: set[str] | None = None, cluster: str = "this cluster") -> Decision:
+           approved: set[str] | None = None, cluster: str = "this cluster",
+           here: dict[str, Any] | None = None) -> Decision:
     """What to apply of this cluster's branch.
 
     HEAD: the branch head (validated); APPLIED: this cluster's applied commit; LINEAGE: HEAD's history, newest
     first (`git rev-list HEAD`); UPSTREAM: the earlier cluster's answer, None when it could not be had (UNREACHABLE
     says why). The newest commit of LINEAGE newer than APPLIED that the answer promotes is applied; HEAD, when not
     promoted itself, is held back with its reason. APPROVED (approval required): the commits approved here; any
-    other is held back, whatever the upstream says (an approval names one commit, not those after it).
+    other is held back, whatever the upstream says (an approval names one commit, not those after it). HERE: the
+    commits this cluster rolled back (or went back from): never chosen again.
     """
     if head == applied:
         return Decision(None)
@@ -138,14 +141,24 @@ def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstrea
     newer = lineage[:lineage.index(applied)] if applied in lineage else list(lineage)
     if head not in newer:
         newer.insert(0, head)
-    verdicts = {commit: approve(judge(commit, upstream, soak, rejected), commit, approved, cluster)
-                for commit in newer}
+    verdicts = {commit: _here(commit, here) or approve(judge(commit, upstream, soak, rejected), commit, approved,
+                                                       cluster) for commit in newer}
     chosen = next((c for c in newer if verdicts[c].ok), None)
     at = upstream.applied[chosen].applied_at if chosen else None
     held = verdicts[head]
     if held.ok:
         return Decision(head, upstream_applied_at=at)
     return Decision(chosen, head, held.reason, held.message, held.remaining, at)
+
+
+def _here(commit: str, here: dict[str, Any] | None) -> Verdict | None:
+    """A Verdict against COMMIT when this cluster rolled it back (HERE), else None."""
+    why = (here or {}).get(commit)
+    if why is None:
+        return None
+    return Verdict(False, ROLLED_BACK_HERE, f"rolled back here (gate {why.get('gate')}: "
+                   f"{str(why.get('message') or '')[:200]}): not applied again until `reconciler rollout retry "
+                   f"{commit[:12]}`")
 
 
 def journal(previous: dict[str, Any] | None, decision: Decision, *, after: str, source: str | None,
