@@ -45,10 +45,27 @@ class PrReports:
                 return
         results = report_pull_requests(repo, config.repository.subdir, self.forge, facts,
                                        loaded, store.conn, self._checks_status(store), log,
-                                       limits=config.forge.plan_limits.limits(), cluster=config.cluster)
+                                       limits=config.forge.plan_limits.limits(), cluster=config.cluster,
+                                       promotion=self._promotion(loaded, store, log))
         if results:
             log.info("prs.done", **{status: sum(r.status == status for r in results)
                                     for status in {r.status for r in results}})
+
+    def _promotion(self, loaded: LoadedState, store: Store, log: Any) -> list[str]:
+        """This cluster's promotion state for its PR sections (nothing for a daemon without `cluster:`)."""
+        from reconciler.daemon import promotion_view
+        from reconciler.desired.errors import DesiredStateError
+        from reconciler.desired.promotion import read_promotion
+
+        cluster = self.common.config.cluster
+        if cluster is None:
+            return []
+        try:
+            rule = read_promotion(loaded.root).get(cluster)
+        except (DesiredStateError, OSError) as exc:
+            log.warning("prs.promotion_unreadable", error=str(exc)[:300])
+            rule = None
+        return promotion_view.pr_lines(promotion_view.load(store), rule)
 
     def _checks_status(self, store: Store) -> list[str]:
         """One line per failing health check, for PR comments."""

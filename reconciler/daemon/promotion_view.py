@@ -7,11 +7,14 @@ import html
 import time
 from typing import Any
 
+from reconciler.common import clock
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.promotion_http import CLUSTER_KEY, PROMOTED_KEY, PROMOTION_KEY
 from reconciler.daemon.promotion_operator import KEY as OPERATOR_KEY
 from reconciler.daemon.promotion_operator import by
 from reconciler.daemon.store import Store
+from reconciler.desired.promotion import PromotionRule
+from reconciler.rollout.windows import state_at
 
 SHOWN = 5  # promoted commits listed
 
@@ -115,3 +118,43 @@ def section(data: dict[str, Any] | None) -> str:
     for entry in data.get("promoted") or []:
         items.append(f'<dt>promoted</dt><dd class="promoted">{_t(lag_line(entry))}</dd>')
     return '<section id="promotion"><h2>Promotion</h2><dl>' + "".join(items) + "</dl></section>"
+
+
+def _md(text: object) -> str:
+    """An operator's words inside a PR comment: shown, never interpreted (no HTML, no code span closed)."""
+    return html.escape(scrub(str(text)), quote=False).replace("`", "'")
+
+
+def _span(seconds: int) -> str:
+    """`45s`, `30m`, `2h`, `1h30m`: a soak as promotion.yaml writes it."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def pr_lines(data: dict[str, Any], rule: PromotionRule | None) -> list[str]:
+    """What a merged commit meets on this cluster's way, for the end of its PR comment section."""
+    cluster = _md(data.get("cluster"))
+    operator = data.get("promotion_operator") or {}
+    out = []
+    if rule is not None:
+        seconds = int(rule.soak.total_seconds())
+        soak = f" and stayed healthy for {_span(seconds)}" if seconds else ""
+        text = f"**Promotion**: once merged, `{cluster}` applies it after `{_md(rule.after)}` applied it{soak}"
+        if rule.approval == "required":
+            text += f", and only once approved (`reconciler promote approve COMMIT --cluster {cluster}`)"
+        if rule.windows:
+            where = state_at(rule.windows, clock.utcnow())
+            text += f"; only inside its promotion windows (now {where.text() if where else 'open'})"
+        out.append(text + ".")
+    hold = operator.get("hold")
+    if hold:
+        out.append(f"**Held**: nothing merged reaches `{cluster}` until `reconciler promote release` "
+                   f"({_md(hold.get('kind'))}, {_md(by(hold))}).")
+    promotion = data.get("promotion") or {}
+    if promotion.get("reason") == "approval-required" and promotion.get("holding"):
+        out.append(f"Waiting for an approval now: `{str(promotion['holding'])[:12]}`.")
+    for req in (operator.get("hotfixes") or [])[:1]:
+        out.append(f"Last hotfix: `{str(req.get('commit'))[:12]}` applied at {_stamp(req.get('applied_at'))} "
+                   f"({_md(by(req))}).")
+    return out

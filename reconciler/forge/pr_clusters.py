@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git
@@ -62,12 +62,14 @@ def cluster_view(repo: git.Repo, subdir: str, base_commit: str, sha: str, cluste
     return view
 
 
-def own_section(report: PrPlan, budget: int) -> str:
-    """The cluster's plan as its section: the single-cluster comment under a `### Cluster` title."""
-    text = render_pr_comment(report, limit=budget)
+def own_section(report: PrPlan, budget: int, promotion: Sequence[str] = ()) -> str:
+    """The cluster's plan as its section: the single-cluster comment under a `### Cluster` title, then PROMOTION
+    (what its promotion does with a merged commit: approval, hold, windows), a line each."""
+    tail = "".join(f"{line}  \n" for line in promotion)
+    text = render_pr_comment(report, limit=max(500, budget - len(tail) - 2))
     title = f"{MARKER}\n### Reconciler plan for #{report.number}\n"
     text = text[len(title):] if text.startswith(title) else text.removeprefix(MARKER + "\n")
-    return f"### Cluster `{report.cluster}`\n" + text
+    return f"### Cluster `{report.cluster}`\n" + text + (f"\n{tail}" if tail else "")
 
 
 def is_current(forge: Forge, pr: PullRequest, cluster: str, head: str, fp: str) -> bool:
@@ -89,6 +91,7 @@ class ClusterPr:
     fingerprint: str
     limits: Limits | None
     load_limits: LoadLimits | None
+    promotion: list[str] = field(default_factory=list)  # its promotion's state, shown at its section's end
 
 
 def report_cluster_pr(repo: git.Repo, subdir: str, forge: Forge, pr: PullRequest, sha: str,
@@ -111,7 +114,8 @@ def report_cluster_pr(repo: git.Repo, subdir: str, forge: Forge, pr: PullRequest
 
     def render(old: str | None) -> str:
         return compose(old, number=pr.number, head_sha=sha, head_ref=pr.head_ref, view=view, cluster=job.cluster,
-                       fp=job.fingerprint[:16], own=(lambda budget: own_section(planned, budget)) if planned else None,
+                       fp=job.fingerprint[:16],
+                       own=(lambda budget: own_section(planned, budget, job.promotion)) if planned else None,
                        limit=limit)
 
     return verdict, lambda: update_shared_comment(forge, pr, render), report

@@ -146,12 +146,13 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
                          remote: str = "origin", drivers: Sequence[Driver] | None = None,
                          limits: Limits | None = DEFAULT_LIMITS,
                          load_limits: LoadLimits | None = None,
-                         cluster: str | None = None) -> list[PrReportResult]:
+                         cluster: str | None = None, promotion: Sequence[str] = ()) -> list[PrReportResult]:
     """Plan every open PR against this cycle's facts and upsert its comment, when its head or the facts changed.
 
     Each PR is validated and planned in a child process under LIMITS (None: in this process); one that
     breaks them gets a comment naming the limit, and the next PR is planned. CLUSTER: this daemon's cluster of
-    a multi-cluster repository (BASE is that cluster's state): only its section of each comment is written.
+    a multi-cluster repository (BASE is that cluster's state): only its section of each comment is written, with
+    PROMOTION (its promotion's state, a line each) at its end.
     """
     drivers = list(drivers) if drivers is not None else all_drivers()
     cache = ReportCache(conn)
@@ -161,7 +162,7 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
     except ForgeError as exc:
         log.warning("prs.list_failed", forge=forge.kind, error=str(exc), transient=exc.transient)
         return []
-    fingerprint = facts_fingerprint(facts, base, checks_status)
+    fingerprint = facts_fingerprint(facts, base, [*checks_status, *promotion])
     main: tuple[Context, Plan] | None = None
     results = []
     for pr in sorted(prs, key=lambda p: p.number):
@@ -192,7 +193,7 @@ def report_pull_requests(repo: git.Repo, subdir: str, forge: Forge, facts: Clust
             write = partial(forge.upsert_comment, pr, body, MARKER)
         else:
             job = ClusterPr(cluster, facts, main[0], main[1], drivers, checks_status, fingerprint, limits,
-                            load_limits)
+                            load_limits, list(promotion))
             verdict, write, report = report_cluster_pr(repo, subdir, forge, pr, sha, job)
         if report is not None and report.status == "limits":
             log.warning("prs.over_limits", pr=pr.number, sha=sha[:12], error=report.errors[0][:300])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.daemon.harness import DaemonProcess, GitRemote, write_config
+from tests.daemon.promotion_bed import Staging
 from tests.engine.conftest import Bed
 from tests.engine.testbed_state import write_state
 from tests.testbed_fixture import Testbed
@@ -57,3 +58,13 @@ def dbed(testbed_factory: Callable[..., Testbed], tmp_path_factory: pytest.TempP
     yield state
     for daemon in state.started:
         daemon.kill()
+
+
+@pytest.fixture
+def staging(tmp_path: Path) -> Iterator[Staging]:
+    """Staging's store and listener (tests/daemon/promotion_bed.py), serving until the test ends."""
+    upstream = Staging(tmp_path / "staging.db")
+    upstream.serve()
+    yield upstream
+    upstream.down()
+    upstream.store.close()

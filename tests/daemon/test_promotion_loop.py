@@ -7,47 +7,18 @@ from __future__ import annotations
 import threading
 import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from reconciler.daemon.config import DaemonConfig
 from reconciler.daemon.loop import Reconciler
 from reconciler.daemon.metrics import Metrics
-from reconciler.daemon.promotion_http import PROMOTION_KEY, answer_json, note_applied
+from reconciler.daemon.promotion_http import PROMOTION_KEY, note_applied
 from reconciler.daemon.promotion_view import load, status_lines
 from reconciler.daemon.store import Store
 from tests.daemon.harness import GitRemote
+from tests.daemon.promotion_bed import Staging
 from tests.daemon.test_promotion_testbed import write_repo
-from tests.transport.sshd_server import free_port
-
-
-class Staging:
-    """Staging's side: its store and its listener serving /promotion.json (stopped and started again at will)."""
-
-    def __init__(self, db: Path) -> None:
-        self.db, self.store, self.port, self.server = db, Store(db), free_port(), None
-
-    def serve(self) -> None:
-        self.server = Metrics().serve(f"127.0.0.1:{self.port}", None, None, None,
-                                      lambda: answer_json(self.db, "staging"))
-
-    def down(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
-
-@pytest.fixture
-def staging(tmp_path: Path) -> Iterator[Staging]:
-    upstream = Staging(tmp_path / "staging.db")
-    upstream.serve()
-    yield upstream
-    upstream.down()
-    upstream.store.close()
 
 
 def production(tmp_path: Path, remote: GitRemote, staging: Staging) -> Reconciler:

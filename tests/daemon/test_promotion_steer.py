@@ -19,7 +19,8 @@ from reconciler.daemon.promotion_http import PROMOTION_KEY, note_applied
 from reconciler.daemon.promotion_operator import read
 from reconciler.daemon.promotion_view import load, section, status_lines
 from tests.daemon.harness import GitRemote
-from tests.daemon.test_promotion_loop import Staging, production, promote, staging  # noqa: F401 (its fixture)
+from tests.daemon.promotion_bed import Staging
+from tests.daemon.test_promotion_loop import production, promote
 from tests.daemon.test_promotion_testbed import write_repo
 
 APPROVAL = "promotion:\n  production: {after: staging, soak: 8s, approval: required}\n"
