@@ -170,3 +170,166 @@ def _runs(daemon: DaemonProcess) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"http://{json.loads(daemon.config.read_text())['metrics_listen']}/runs.json"
                                 "?limit=500", timeout=30) as answer:
         return list(json.loads(answer.read()))
+
+
+# ---------------------------------------------------------------- the operator's hand on promotion (issue 47)
+
+BAD_ON_PRODUCTION = """patches:
+  - name: prolog
+    content: |
+      #!/bin/sh
+      echo "production only: fails" >&2
+      exit 1
+"""
+
+GOOD_ON_PRODUCTION = BAD_ON_PRODUCTION.replace('echo "production only: fails" >&2\n      exit 1', "exit 0")
+
+
+def promote_cli(daemon: DaemonProcess, *args: str) -> str:
+    """`reconciler promote ARGS --state-dir <daemon's>` as an admin types it (asserted to succeed)."""
+    out = subprocess.run([sys.executable, "-m", "reconciler.cli", "promote", *args, "--state-dir",
+                          str(daemon.state_dir), "--who", "alice@login1"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def reason_for(daemon: DaemonProcess, commit: str, reason: str) -> Callable[[], Any]:
+    """A predicate: production's journal holds COMMIT back for REASON."""
+    return lambda: (p := promotion(daemon)).get("holding") == commit and p.get("reason") == reason and p
+
+
+def started_at(daemon: DaemonProcess, trigger: str) -> float | None:
+    """When the daemon logged the start of its last run with TRIGGER (epoch seconds), None before."""
+    from datetime import datetime
+    found = [e for e in daemon.events() if e.get("event") == "run.start" and e.get("trigger") == trigger]
+    return datetime.fromisoformat(found[-1]["timestamp"].replace("Z", "+00:00")).timestamp() if found else None
+
+
+def test_approval_hotfix_going_back_and_the_hold_after_a_rollback(clusters: dict[str, Testbed],
+                                                                  tmp_path: Path) -> None:
+    from tests.daemon.test_notify import Receiver
+    from tests.daemon.test_status_page_testbed import CHROMIUM, chromium
+
+    repo = write_repo(tmp_path, clusters)
+    (repo / "promotion.yaml").write_text("promotion:\n  production: {after: staging, soak: 2s, approval: required}\n")
+    (tmp_path / "git").mkdir()
+    remote = GitRemote.create(tmp_path / "git", repo)
+    listen = {name: f"127.0.0.1:{free_port()}" for name in clusters}
+    receiver = Receiver()
+    started: list[DaemonProcess] = []
+
+    def daemon(name: str, **extra: Any) -> DaemonProcess:
+        values: dict[str, Any] = {"repository": {"url": str(remote.bare), "branch": "main"}, "mode": "enforce",
+                                  "poll_interval": "1s", "drift_interval": "10m",
+                                  "state_dir": str(tmp_path / f"state-{name}"), "metrics_listen": listen[name],
+                                  "log_format": "json", "retry": {"initial": "2s", "max": "10s"}, "cluster": name,
+                                  **extra}
+        path = write_config(tmp_path / f"{name}.yaml", **values)
+        process = DaemonProcess(config=path, state_dir=Path(values["state_dir"]),
+                                log_path=tmp_path / f"{name}.log").start()
+        started.append(process)
+        return process
+
+    def said(title: str) -> list[dict[str, Any]]:
+        return [m for m in receiver.on("prod") if title in m.get("title", "")]
+
+    try:
+        staging = daemon("staging")
+        production = daemon("production", promotion_sources={"staging": f"http://{listen['staging']}"},
+                            notifications={"targets": [{"url": receiver.url("prod")}], "rate_limit": "1s"})
+        first = remote.head()
+        staging.wait_applied(first, timeout=400)
+        # (1) approval: staging passed it, production holds it until a human approves this very commit
+        production.wait_for("production waits for an approval", reason_for(production, first, "approval-required"),
+                            timeout=120)
+        production.wait_for("the approval-needed message", lambda: said("waits for an approval"), timeout=30)
+        promote_cli(production, "approve", first, "--cluster", "production", "--reason", "CAB-1")
+        production.wait_applied(first, timeout=400)
+        a = remote.commit("A", {"bases/common/cluster.yaml": lambda t: t.replace('MaxTime: "04:00:00"',
+                                                                                 'MaxTime: "05:00:00"')})
+        production.wait_for("A passed by staging", reason_for(production, a, "approval-required"), timeout=120)
+        b = remote.commit("B", {"bases/common/cluster.yaml": lambda t: t.replace('MaxTime: "05:00:00"',
+                                                                                 'MaxTime: "06:00:00"')})
+        production.wait_for("B passed by staging", reason_for(production, b, "approval-required"), timeout=120)
+        promote_cli(production, "approve", a, "--cluster", "production")
+        production.wait_applied(a, timeout=300)  # A's approval does not let B through
+        time.sleep(3)  # three more cycles: still A
+        assert production.status()["applied_commit"] == a and promotion(production)["holding"] == b
+        production.stop()
+        promote_cli(production, "approve", b, "--cluster", "production", "--reason", "CAB-2")  # daemon down
+        production.start()
+        production.wait_applied(b, timeout=300)  # the approval was in its store across the restart
+        shown = production.status()["promotion_operator"]
+        assert shown["approvals"][b]["reason"] == "CAB-2" and shown["approvals"][b]["who"] == "alice@login1"
+
+        # (2) hotfix while staging is down; the next commit goes the normal way
+        staging.stop()
+        fix = remote.commit("hotfix", {"bases/common/cluster.yaml": lambda t: t.replace('MaxTime: "06:00:00"',
+                                                                                        'MaxTime: "07:00:00"')})
+        production.wait_for("staging unreachable", reason_for(production, fix, "upstream-unreachable"), timeout=60)
+        promote_cli(production, "hotfix", fix, "--cluster", "production", "--reason", "jobs hit MaxTime")
+        production.wait_applied(fix, timeout=300)
+        assert started_at(production, "hotfix") is not None
+        shown = production.status()["promotion_operator"]
+        assert shown["hotfixes"][0]["commit"] == fix and shown["hotfixes"][0]["reason"] == "jobs hit MaxTime"
+        assert f"hotfix: {fix[:12]} applied at" in status_text(production)
+        production.wait_for("the hotfix message", lambda: said(f"hotfix {fix[:12]} applied"), timeout=30)
+        staging.start()
+        staging.wait_applied(fix, timeout=300)
+        normal = remote.commit("normal", {"bases/common/cluster.yaml": lambda t: t.replace('MaxTime: "07:00:00"',
+                                                                                           'MaxTime: "08:00:00"')})
+        production.wait_for("the next commit passed by staging", reason_for(production, normal, "approval-required"),
+                            timeout=180)
+        promote_cli(production, "approve", normal, "--cluster", "production")
+        production.wait_applied(normal, timeout=300)
+        assert started_at(production, "hotfix") is not None
+
+        # (3) going back: to the commit applied before, within a poll interval plus its rollout; held, released
+        asked = time.time()
+        promote_cli(production, "back", "--cluster", "production", "--reason", "jobs slower")
+        production.wait_applied(fix, timeout=300)
+        took = time.time() - asked
+        began = started_at(production, "back")
+        assert began is not None and began - asked < 1.0 + 5.0, (began - asked, took)  # poll 1 s (+ a cycle)
+        held = production.status()["promotion_operator"]["hold"]
+        assert held["kind"] == "back" and held["pin"] == fix and held["from"] == normal
+        assert "HELD (went back from" in status_text(production)
+        assert production.status()["rolled_back"][normal]["gate"] == "operator"
+        promote_cli(production, "release", "--cluster", "production")
+        production.wait_for("released", lambda: not production.status()["promotion_operator"]["hold"], timeout=30)
+        production.wait_for("the gone-back commit stays out", reason_for(production, normal, "rolled-back-here"),
+                            timeout=60)
+
+        # (4) a commit staging passes but production's own gate fails: rolled back there, promotion held
+        bad = remote.commit("smoke gates; a prolog only production runs, failing", {
+            "bases/common/rollout.yaml": lambda _: PROGRESSIVE, "bases/common/cluster.yaml": with_prolog,
+            "clusters/production/patches.yaml": lambda _: BAD_ON_PRODUCTION})
+        production.wait_for("the bad commit passed by staging", reason_for(production, bad, "approval-required"),
+                            timeout=300)
+        promote_cli(production, "approve", bad, "--cluster", "production")
+        production.wait_for("production rolls it back", lambda: (production.status().get("rolled_back") or {})
+                            .get(bad), timeout=400)
+        hold = production.wait_for("promotion held", lambda: production.status()["promotion_operator"]["hold"],
+                                   timeout=60)
+        assert hold["kind"] == "rollback" and "gate smoke-job failed" in hold["reason"], hold
+        assert f"HELD (after {bad[:12]} was rolled back)" in status_text(production)
+        production.wait_for("the hold message", lambda: said("promotion held after commit"), timeout=30)
+        with urllib.request.urlopen(f"http://{listen['production']}/", timeout=30) as page:
+            assert "HELD (after" in page.read().decode()
+        if CHROMIUM is not None:  # as an admin sees it: rendered by a real browser
+            dom = chromium("--dump-dom", f"http://{listen['production']}/").stdout
+            assert "HELD (after" in dom and f"hotfix: {fix[:12]}" in dom, dom[-3000:]
+        good = remote.commit("production's prolog override fixed", {
+            "clusters/production/patches.yaml": lambda _: GOOD_ON_PRODUCTION})
+        production.wait_for("held, though staging passed the fix", reason_for(production, good, "held"),
+                            timeout=300)
+        promote_cli(production, "approve", good, "--cluster", "production")
+        promote_cli(production, "release", "--cluster", "production")
+        production.wait_applied(good, timeout=400)
+        production.wait_for("the release message", lambda: said("promotion released"), timeout=30)
+        assert not any(r.get("commit") == bad and r.get("outcome") == "applied" for r in _runs(production))
+    finally:
+        for process in started:
+            process.stop()
+        receiver.server.shutdown()
