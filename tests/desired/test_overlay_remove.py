@@ -201,3 +201,22 @@ def test_a_remove_in_a_single_cluster_directory_is_refused_at_its_file_line(tmp_
         load_dir(root)
     assert [str(e) for e in info.value.errors] == [
         "files.yaml:2:5: files[0]: $remove: /etc/motd: nothing to remove: no earlier layer sets files"]
+
+
+def _block(doc: str, after: str) -> str:
+    """The first ```yaml block of DOC after the text AFTER."""
+    start = doc.index("```yaml\n", doc.index(after)) + len("```yaml\n")
+    return doc[start:doc.index("```", start)]
+
+
+def test_the_documented_removal_example_merges_and_explains_as_documented(tmp_path: Path) -> None:
+    doc = (EXAMPLE.parent / "docs" / "clusters.md").read_text()
+    root = _repo(tmp_path, _block(doc, "and `clusters/lab/files.yaml`"))
+    (root / "bases" / "common" / "files.yaml").write_text(_block(doc, "Example: `bases/common/files.yaml`"))
+    b = load_state(root, "b")
+    assert [(f.path, f.mode, f.content) for f in b.state.files] == [
+        ("/etc/issue.net", "0640", "Authorized use only\n"), ("/etc/issue", "0644", "Lab cluster\n")]
+    result = _run("explain", "files", str(root), "--cluster", "b")
+    documented = "removed /etc/motd (path; set at bases/common/files.yaml:2:5) by clusters/lab/files.yaml:2:5"
+    assert documented in " ".join(doc.split())
+    assert result.stdout.splitlines()[-1] == "  " + documented.replace("clusters/lab", "clusters/b")
