@@ -78,10 +78,10 @@ def identity(path: KeyPath, earlier: Any, later: Any) -> str | None:
 
 
 def has_removal(value: Any) -> bool:
-    """True when VALUE holds a `$remove` list item anywhere."""
+    """True when VALUE holds a `$remove` key anywhere (a list item's, or a misplaced one)."""
     if isinstance(value, dict):
-        return any(has_removal(v) for v in value.values())
-    return isinstance(value, list) and any(is_removal(i) or has_removal(i) for i in value)
+        return REMOVE in value or any(has_removal(v) for v in value.values())
+    return isinstance(value, list) and any(has_removal(i) for i in value)
 
 
 def _hashable(value: Any) -> bool:
@@ -138,7 +138,8 @@ class _Layer(Generic[Where]):
         """VALUE (the layer's, new at OUT_PATH) copied with its locations; its `$remove`s refused for WHY."""
         self._set(out_path, layer_path)
         if isinstance(value, dict):
-            return {k: self.copy(v, (*out_path, k), (*layer_path, k), why) for k, v in value.items()}
+            return {k: self.copy(v, (*out_path, k), (*layer_path, k), why) for k, v in value.items()
+                    if not self._misplaced(k, (*layer_path, k))}
         if isinstance(value, list):
             out: list[Any] = []
             for j, item in enumerate(value):
@@ -149,6 +150,14 @@ class _Layer(Generic[Where]):
                 out.append(self.copy(item, (*out_path, len(out)), (*layer_path, j), why))
             return out
         return value
+
+    def _misplaced(self, key: str, layer_path: KeyPath) -> bool:
+        """True (the problem recorded) for a `$remove` key of a mapping that is not a list item."""
+        if key != REMOVE:
+            return False
+        self._refuse(layer_path, f"{REMOVE} removes list items only (`- {REMOVE}: KEY` in a list merged by name or "
+                     f"key); a mapping's key cannot be deleted ({DOCS})")
+        return True
 
     def _well_formed(self, item: dict[str, Any], layer_path: KeyPath) -> bool:
         """True for `{$remove: KEY}` alone with a scalar KEY; otherwise the problem is recorded."""
@@ -169,6 +178,8 @@ class _Layer(Generic[Where]):
             self._set(out_path, layer_path)
             result = dict(earlier)
             for key, value in later.items():
+                if self._misplaced(key, (*layer_path, key)):
+                    continue
                 if key in earlier:
                     result[key] = self.merge(earlier[key], value, (*out_path, key), (*layer_path, key))
                 else:
@@ -250,6 +261,8 @@ def merge_layers(layers: list[tuple[dict[str, Any], dict[KeyPath, Where]]]) -> M
     for data, locations in layers:
         layer = _Layer(out, locations)
         for key, value in data.items():
+            if layer._misplaced(key, (key,)):
+                continue
             if key in out.data:
                 out.data[key] = layer.merge(out.data[key], value, (key,), (key,))
             else:
