@@ -89,8 +89,8 @@ def _shown(value: Any) -> str:
 @click.argument("directory", default=DEFAULT_DIR, type=click.Path(file_okay=False))
 @CLUSTER
 def explain(key: str, directory: str, cluster: str | None) -> None:
-    """Print the final value of KEY (dotted, list items by name or index: cluster.partitions.gpu.MaxTime), the
-    file:line that set it, then the values it overrode (earlier layers), with theirs."""
+    """Print the final value of KEY (dotted, list items by name, key or index: cluster.partitions.gpu.MaxTime), the
+    file:line that set it, the values it overrode (earlier layers), with theirs, and the items a layer removed."""
     from reconciler.desired.explain import ExplainError
     from reconciler.desired.explain import explain as explain_key
 
@@ -100,6 +100,10 @@ def explain(key: str, directory: str, cluster: str | None) -> None:
     except ExplainError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    if found.gone is not None:
+        gone = found.gone
+        click.echo(f"{key}: removed by {gone.by} ({gone.field} {gone.key}; set at {gone.was})")
+        return
     click.echo(f"{key} = {_shown(found.value)}")
     if found.winner is None:
         near = f" (the enclosing key is at {found.inherited_from})" if found.inherited_from else ""
@@ -108,6 +112,8 @@ def explain(key: str, directory: str, cluster: str | None) -> None:
     click.echo(f"  set at {found.winner}")
     for location, value in reversed(found.overridden):
         click.echo(f"  overrides {_shown(value)} at {location}")
+    for removal in found.removed:
+        click.echo(f"  removed {removal.key} ({removal.field}; set at {removal.was}) by {removal.by}")
 
 
 __all__ = ["exit_with_errors", "explain", "validate_clusters"]

@@ -156,7 +156,9 @@ def read_cluster(root: Path, name: str, errors: list[ConfigError],
     if len(files) == int(overlay.is_file()):
         errors.append(ConfigError(None, (), f"cluster {name}: no YAML files found in its bases or "
                                   f"{CLUSTERS_DIR}/{name}/"))
-    return merge_layers(layers), files
+    merged = merge_layers(layers)
+    errors.extend(ConfigError(loc, path, message) for loc, path, message in merged.problems)
+    return merged, files
 
 
 def load_cluster(root: str | Path, name: str, commit: str | None = None,
@@ -167,7 +169,7 @@ def load_cluster(root: str | Path, name: str, commit: str | None = None,
     merged, files = read_cluster(root, name, errors, limits)
     state = validate_merged(root, merged.data, merged.locations, errors)
     return LoadedState(state=state, root=root, locations=merged.locations, files=files, commit=commit,
-                       cluster=name, trace=merged.trace)
+                       cluster=name, trace=merged.trace, removed=merged.removed)
 
 
 def load_state(root: str | Path, cluster: str | None, commit: str | None = None,

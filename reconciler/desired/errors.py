@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reconciler.desired.overlay import Removal
 from reconciler.model import DesiredState
 
 KeyPath = tuple[str | int, ...]
@@ -65,6 +66,7 @@ class LoadedState:
     commit: str | None = None
     cluster: str | None = None  # the cluster of a multi-cluster repository (desired/clusters.py); None: the only one
     trace: dict[KeyPath, list[Location]] = field(default_factory=dict)  # every layer that set a key, earliest first
+    removed: dict[KeyPath, list[Removal[Location]]] = field(default_factory=dict)  # list path -> items removed
 
     def where(self, path: KeyPath) -> Location | None:
         """Return the location of a key path, or of its nearest ancestor that has one."""

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from reconciler.desired.errors import KeyPath, LoadedState, Location
+from reconciler.desired.overlay import Removal, key_field
 from reconciler.desired.yamlread import Bounds, YamlReadError, read_document
 
 
@@ -29,6 +30,8 @@ class Explained:
     winner: Location | None
     overridden: list[tuple[Location, Any]] = field(default_factory=list)
     inherited_from: Location | None = None  # not set anywhere: the nearest enclosing key's location (a default)
+    removed: list[Removal[Location]] = field(default_factory=list)  # a list's items that a later layer removed
+    gone: Removal[Location] | None = None  # the key names an item a later layer removed (value, winner: None)
 
 
 def _plain(value: Any) -> Any:
@@ -58,12 +61,11 @@ def _step(current: Any, segment: str, path: KeyPath, locations: dict[KeyPath, Lo
     if isinstance(current, list):
         if segment.isdigit() and int(segment) < len(current):
             return current[int(segment)], int(segment)
-        for index, item in enumerate(current):
-            named = getattr(item, "name", None) if not isinstance(item, dict) else item.get("name")
-            if named is not None and str(named) == segment:
-                return item, index
-        names = [str(getattr(i, "name", i.get("name") if isinstance(i, dict) else "?")) for i in current]
-        raise ExplainError(f"no item {segment!r} in this list of {len(current)} (names: {', '.join(names)})")
+        ident = key_field(path) or "name"
+        names = [str(getattr(i, ident, i.get(ident) if isinstance(i, dict) else "?")) for i in current]
+        if segment in names:
+            return current[names.index(segment)], names.index(segment)
+        raise ExplainError(f"no item {segment!r} in this list of {len(current)} ({ident}s: {', '.join(names)})")
     if isinstance(current, dict):
         if segment in current:
             return current[segment], segment
@@ -95,13 +97,17 @@ def explain(loaded: LoadedState, key: str) -> Explained:
         try:
             current, part = _step(current, segment, path, loaded.locations)
         except ExplainError as exc:
+            gone = next((r for r in loaded.removed.get(path, []) if str(r.key) == segment), None)
+            if isinstance(current, list) and gone is not None:
+                return Explained((*path, segment), None, None, gone=gone)
             shown = ".".join(str(p) for p in path) or "(top level)"
             raise ExplainError(f"{key}: at {shown}: {exc}") from None
         path = (*path, part)
     if not path:
         raise ExplainError("give a key, e.g. cluster.partitions.gpu.MaxTime")
     layers = loaded.trace.get(path) or ([loaded.locations[path]] if path in loaded.locations else [])
+    removed = loaded.removed.get(path, [])
     if not layers:
-        return Explained(path, _plain(current), None, inherited_from=loaded.where(path))
+        return Explained(path, _plain(current), None, inherited_from=loaded.where(path), removed=removed)
     overridden = [(loc, value_at(loaded.root, loc, path[-1])) for loc in layers[:-1]]
-    return Explained(path, _plain(current), layers[-1], overridden)
+    return Explained(path, _plain(current), layers[-1], overridden, removed=removed)

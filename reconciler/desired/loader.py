@@ -17,6 +17,7 @@ from reconciler.desired.errorder import arrange
 from reconciler.desired.errors import ConfigError, DesiredStateError, KeyPath, LoadedState, Location
 from reconciler.desired.errors import nearest as _nearest
 from reconciler.desired.managed import read_sources
+from reconciler.desired.overlay import has_removal, merge_layers
 from reconciler.desired.sectionmerge import duplicate_names, merge_split
 from reconciler.desired.yamlread import OVER_LIMITS, Bounds, YamlReadError, read_document
 from reconciler.model import DesiredState
@@ -305,6 +306,10 @@ def load_dir(root: str | Path, commit: str | None = None, limits: LoadLimits | N
     if not files:
         errors.append(ConfigError(None, (), f"{root}: no YAML files found"))
     merged, locations = merge_files(root, files, errors, limits)
+    if has_removal(merged):  # one layer: each `$remove` is refused at its place, and taken out before the schema
+        alone = merge_layers([(merged, locations)])
+        merged, locations = alone.data, alone.locations
+        errors.extend(ConfigError(loc, path, message) for loc, path, message in alone.problems)
     state = validate_merged(root, merged, locations, errors)
     return LoadedState(state=state, root=root, locations=locations, files=files, commit=commit)
 

@@ -3,7 +3,8 @@
 - merging one layer gives that layer back (data, locations, one-entry traces);
 - for every leaf of a merge of several layers, the trace ends with the winner, lists layers earliest first, and
   the winner is the last layer that set that leaf: the value it wrote is the merged value, and no later layer
-  holds a value at that leaf (list items followed by name where the list merged by name).
+  holds a value at that leaf (list items followed by name where the list merged by name);
+- with `$remove` items in later layers: no stale place, no `$remove` in the result, removals of earlier layers only.
 """
 
 from __future__ import annotations
@@ -131,3 +132,29 @@ def test_the_winner_of_every_leaf_is_the_last_layer_that_set_it(layers: list[dic
         steps = _by_name(merged.data, path)
         later = [i for i in range(winner + 1, len(layers)) if _holds(layers[i], steps)]
         assert not later, f"{path}: layer {later} set it after layer {winner}"
+
+
+def _with_removals(children: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+    """A named list, some of whose items are `$remove`s of a name (that may or may not exist earlier)."""
+    return st.builds(lambda items, removals: [*({"$remove": n} for n in removals), *items],
+                     _named_list(children), st.lists(NAMES, max_size=2))
+
+
+REMOVING = st.dictionaries(KEYS, st.recursive(SCALARS, lambda children: st.one_of(
+    st.dictionaries(KEYS, children, max_size=3), _named_list(children), _with_removals(children)), max_leaves=10),
+    min_size=1, max_size=3)
+
+
+@settings(max_examples=250, deadline=None)
+@given(LAYER, st.lists(REMOVING, min_size=1, max_size=3))
+def test_removals_leave_no_stale_place_and_never_reach_the_result(first: dict[str, Any],
+                                                                  later: list[dict[str, Any]]) -> None:
+    layers = [first, *later]
+    merged = merge_layers([(data, _locations(i, data)) for i, data in enumerate(layers)])
+    assert set(merged.locations) == set(_paths(merged.data))
+    assert set(merged.trace) == set(_paths(merged.data))
+    assert "$remove" not in repr(merged.data)
+    for where, path, _ in merged.problems:
+        assert where == (where[0], path) and path[-1] != "name"  # refused at the `$remove` item's own place
+    for removals in merged.removed.values():
+        assert all(r.by is not None and r.by[0] > (r.was or (-1,))[0] for r in removals)  # earlier layers only
