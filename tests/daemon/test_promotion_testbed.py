@@ -7,6 +7,14 @@ listener. A change to the shared base reaches staging at once and production onl
 is in production's status); a bad prolog that staging rolls back (its smoke-job gate fails on the canary) never
 reaches production, whose status and page say which commit it holds back and why (still after a restart of
 production); its fix is promoted.
+
+The second test is the operator's hand (issue 47), with `approval: required`: a commit staging passed waits for its
+own approval (approving A does not let B through; an approval given while production's daemon is down is acted on
+after its start); a hotfix applied while staging's daemon is down, then the next commit the normal way; `promote
+back` to the commit applied before (started within a poll interval), held, released, the commit left never
+promoted again; a commit staging passes and production's own smoke-job gate fails: rolled back, promotion held
+until released. Each step is read back from `reconciler status` (text and JSON), the status page (and headless
+Chromium where installed) and the Apprise messages a local receiver got.
 """
 
 from __future__ import annotations
