@@ -72,7 +72,7 @@ def validate_clusters(directory: str, only: str | None) -> NoReturn:
             click.echo(f"error: {error}", err=True)
     else:
         for name, rule in sorted(rules.items()):
-            click.echo(f"{directory}: promotion: {name} after {rule.after}, soak "
+            click.echo(f"{directory}: promotion: {name} after {rule.after_text}, soak "
                        f"{human(int(rule.soak.total_seconds()))}")
     if failed:
         click.echo(f"{directory}: not valid: {', '.join(failed)}", err=True)

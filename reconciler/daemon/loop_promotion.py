@@ -15,7 +15,7 @@ from reconciler.daemon import notify
 from reconciler.daemon.git_source import GitSource
 from reconciler.daemon.loop_core import Common, Notices
 from reconciler.daemon.loop_state import LoopState, Target
-from reconciler.daemon.promotion import AWAITING_APPROVAL, Decision, Upstream, decide, journal
+from reconciler.daemon.promotion import AWAITING_APPROVAL, Decision, Upstream, decide, journal, local
 from reconciler.daemon.promotion_http import (
     CLUSTER_KEY,
     PROMOTION_KEY,
@@ -67,39 +67,35 @@ class Promotion:
             if self.common.store.get(PROMOTION_KEY) is not None:
                 self.common.store.set(PROMOTION_KEY, None)  # promotion.yaml no longer names this cluster
             return target
-        url = self.common.config.promotion_sources.get(rule.after)
-        upstream: Upstream | None = None
-        unreachable: str | None = None
-        if target.commit == self.state.applied:
-            pass  # nothing to promote: the earlier daemon need not be asked
-        elif url is None:
-            unreachable = f"the daemon config has no promotion_sources entry for {rule.after}"
-        else:
-            try:
-                upstream = fetch(url)
-            except (OSError, ValueError) as exc:
-                unreachable = f"{type(exc).__name__}: {exc}"[:300]
-            if upstream is not None and upstream.cluster != rule.after:
-                unreachable = f"the daemon at {url} reconciles cluster {upstream.cluster}, not {rule.after}"
-                upstream = None
+        answers: dict[str, Upstream | None] = {}
+        down: dict[str, str] = {}
+        if target.commit != self.state.applied:  # else nothing to promote: no earlier daemon is asked
+            for name in rule.upstreams:
+                answers[name], why = self._ask(name)
+                if why is not None:
+                    down[name] = why
         previous = self.common.store.get(PROMOTION_KEY) or {}
         rejected = dict(previous.get("rejected") or {})
         # a drift check of the applied commit decides nothing: no `git rev-list` on that path
         lineage = [] if target.commit == self.state.applied else \
             self.source.repo.git.rev_list(f"--max-count={MAX_LINEAGE}", target.commit).split()
         approved = self.steering.approved() if rule.approval == "required" else None
-        decision = decide(target.commit, self.state.applied, lineage, upstream, rule.soak.total_seconds(),
-                          after=rule.after, unreachable=unreachable, rejected=rejected, approved=approved,
-                          cluster=cluster, here=self.common.store.rolled_back())
-        if upstream is not None:  # remember the earlier cluster's rollbacks of this branch: never applied here
-            rejected.update({c: {"gate": why.get("gate"), "message": why.get("message"), "at": why.get("at")}
-                             for c, why in upstream.rolled_back.items() if c in lineage})
-        record = journal(previous, self._local_times(decision, upstream), after=rule.after, source=url,
-                         unreachable=unreachable, rejected=rejected)
+        decision = decide(target.commit, self.state.applied, lineage, answers, rule.soak.total_seconds(),
+                          after=rule.after_text, unreachable=down, rejected=rejected, approved=approved,
+                          cluster=cluster, here=self.common.store.rolled_back(), require=rule.require)
+        for name, upstream in answers.items():  # remember the earlier clusters' rollbacks: never applied here
+            if upstream is not None:
+                rejected.update({c: {"gate": why.get("gate"), "message": why.get("message"), "at": why.get("at"),
+                                     "cluster": name} for c, why in upstream.rolled_back.items() if c in lineage})
+        sources = [self.common.config.promotion_sources.get(name) or "?" for name in rule.upstreams]
+        record = journal(previous, decision, after=rule.after_text, source=", ".join(sources),
+                         unreachable="; ".join(f"{n}: {w}" for n, w in down.items()) if down else None,
+                         rejected=rejected)
         self.common.store.set(PROMOTION_KEY, record)
         if (previous.get("holding"), previous.get("reason"), previous.get("apply")) != \
                 (record["holding"], record["reason"], record["apply"]):
-            self.common.log.info("promotion.decision", after=rule.after, apply=decision.apply, holding=decision.holding,
+            self.common.log.info("promotion.decision", after=rule.after_text, apply=decision.apply,
+                                 holding=decision.holding,
                           reason=decision.reason, message=decision.message)
             if decision.reason == AWAITING_APPROVAL and self.notices is not None:
                 self.notices.send(lambda: notify.promotion_message(
@@ -119,7 +115,8 @@ class Promotion:
         decision = Decision(steer.commit if steer.commit != applied else None, holding, steer.reason, steer.message)
         previous = self.common.store.get(PROMOTION_KEY) or {}
         if rule is not None:
-            record = journal(previous, decision, after=rule.after, source=previous.get("source"), unreachable=None)
+            record = journal(previous, decision, after=rule.after_text, source=previous.get("source"),
+                             unreachable=None)
             self.common.store.set(PROMOTION_KEY, record)
         if (previous.get("reason"), previous.get("apply"), previous.get("holding")) != \
                 (steer.reason, decision.apply, holding):
@@ -147,14 +144,18 @@ class Promotion:
             rules = read_promotion(scratch, clusters=cluster_names(target.loaded.root))
         return rules.get(cluster)
 
-    @staticmethod
-    def _local_times(decision: Decision, upstream: Upstream | None) -> Decision:
-        """The decision with the earlier cluster's apply time on this daemon's clock (its clock's offset removed)."""
-        if upstream is None or decision.upstream_applied_at is None:
-            return decision
-        offset = clock.wall() - upstream.now
-        return Decision(decision.apply, decision.holding, decision.reason, decision.message, decision.remaining,
-                        decision.upstream_applied_at + offset)
+    def _ask(self, name: str) -> tuple[Upstream | None, str | None]:
+        """Earlier cluster NAME's answer, its times on this daemon's clock; or None and why there is none."""
+        url = self.common.config.promotion_sources.get(name)
+        if url is None:
+            return None, f"the daemon config has no promotion_sources entry for {name}"
+        try:
+            upstream = fetch(url)
+        except (OSError, ValueError) as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:300]
+        if upstream.cluster != name:
+            return None, f"the daemon at {url} reconciles cluster {upstream.cluster}, not {name}"
+        return local(upstream, clock.wall() - upstream.now), None
 
     def applied(self, target: Target) -> None:
         """TARGET was applied (Applying.mark_applied calls this): with `cluster:` set, the applied log (the next

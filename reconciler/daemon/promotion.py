@@ -89,7 +89,7 @@ def judge(commit: str, upstream: Upstream, soak: float, rejected: dict[str, Any]
     why = upstream.rolled_back.get(commit) or (rejected or {}).get(commit)
     if why is not None:
         gate = f" (gate {why.get('gate')}: {why.get('message')})" if why.get("gate") else ""
-        return Verdict(False, ROLLED_BACK, f"{after} rolled it back{gate}: never applied here")
+        return Verdict(False, ROLLED_BACK, f"{why.get('cluster') or after} rolled it back{gate}: never applied here")
     record = upstream.applied.get(commit)
     if record is None:
         at = f"; {after} is at {upstream.applied_commit[:12]}" if upstream.applied_commit else ""
@@ -120,35 +120,81 @@ def approve(verdict: Verdict, commit: str, approved: set[str] | None, cluster: s
                    f"promote approve {commit[:12]} --cluster {cluster}")
 
 
-def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstream | None, soak: float, *,
-           after: str, unreachable: str | None = None, rejected: dict[str, Any] | None = None,
-           approved: set[str] | None = None, cluster: str = "this cluster",
-           here: dict[str, Any] | None = None) -> Decision:
+Upstreams = dict[str, Upstream | None]  # each earlier cluster's answer by name (None: it did not answer)
+
+
+def decide(head: str, applied: str | None, lineage: list[str], upstream: Upstream | None | Upstreams, soak: float,
+           *, after: str, unreachable: str | dict[str, str] | None = None, rejected: dict[str, Any] | None = None,
+           approved: set[str] | None = None, cluster: str = "this cluster", here: dict[str, Any] | None = None,
+           require: str = "all") -> Decision:
     """What to apply of this cluster's branch.
 
     HEAD: the branch head (validated); APPLIED: this cluster's applied commit; LINEAGE: HEAD's history, newest
-    first (`git rev-list HEAD`); UPSTREAM: the earlier cluster's answer, None when it could not be had (UNREACHABLE
-    says why). The newest commit of LINEAGE newer than APPLIED that the answer promotes is applied; HEAD, when not
-    promoted itself, is held back with its reason. APPROVED (approval required): the commits approved here; any
-    other is held back, whatever the upstream says (an approval names one commit, not those after it). HERE: the
-    commits this cluster rolled back (or went back from): never chosen again.
+    first (`git rev-list HEAD`); UPSTREAM: the earlier cluster's answer (AFTER names it), None when it could not be
+    had (UNREACHABLE says why), or with several earlier clusters their answers by name, REQUIRE `all` of them or
+    `any` one to promote a commit (times already on this daemon's clock: `local`). The newest commit of LINEAGE
+    newer than APPLIED that the answers promote is applied; HEAD, when not promoted itself, is held back with its
+    reason. A commit any earlier cluster rolled back is never promoted. APPROVED (approval required): the commits
+    approved here; any other is held back, whatever the upstream says (an approval names one commit, not those
+    after it). HERE: the commits this cluster rolled back (or went back from): never chosen again.
     """
+    answers: Upstreams = upstream if isinstance(upstream, dict) else {after: upstream}
+    why_down = unreachable if isinstance(unreachable, dict) else \
+        {name: unreachable or "no answer" for name, answer in answers.items() if answer is None}
     if head == applied:
         return Decision(None)
-    if upstream is None:
-        return Decision(None, head, UNREACHABLE, f"{after}'s daemon did not answer ({unreachable or 'no answer'}): "
-                        "waiting, nothing is promoted without its verdict")
+    live = {name: answer for name, answer in answers.items() if answer is not None}
+    down = [name for name, answer in answers.items() if answer is None]
+    if not live or (require == "all" and down):
+        return Decision(None, head, UNREACHABLE, "; ".join(f"{name}'s daemon did not answer "
+                                                           f"({why_down.get(name) or 'no answer'})" for name in down)
+                        + ": waiting, nothing is promoted without its verdict")
     newer = lineage[:lineage.index(applied)] if applied in lineage else list(lineage)
     if head not in newer:
         newer.insert(0, head)
-    verdicts = {commit: _here(commit, here) or approve(judge(commit, upstream, soak, rejected), commit, approved,
-                                                       cluster) for commit in newer}
+    judged = {commit: _combined(commit, live, soak, rejected, require) for commit in newer}
+    verdicts = {commit: _here(commit, here) or approve(judged[commit][0], commit, approved, cluster)
+                for commit in newer}
     chosen = next((c for c in newer if verdicts[c].ok), None)
-    at = upstream.applied[chosen].applied_at if chosen else None
+    at = judged[chosen][1] if chosen else None
     held = verdicts[head]
     if held.ok:
         return Decision(head, upstream_applied_at=at)
     return Decision(chosen, head, held.reason, held.message, held.remaining, at)
+
+
+def _combined(commit: str, live: dict[str, Upstream], soak: float, rejected: dict[str, Any] | None,
+              require: str) -> tuple[Verdict, float | None]:
+    """The earlier clusters' verdict on COMMIT (all of them or any one, REQUIRE), and when the first of those that
+    promote it applied it."""
+    verdicts = {name: judge(commit, answer, soak, rejected) for name, answer in live.items()}
+    if len(verdicts) == 1:
+        [(name, verdict)] = verdicts.items()
+        return verdict, live[name].applied[commit].applied_at if verdict.ok else None
+    refused = next((v for v in verdicts.values() if v.reason == ROLLED_BACK), None)
+    if refused is not None:  # a rollback anywhere is a verdict of its own: never promoted
+        return refused, None
+    passed = [name for name, verdict in verdicts.items() if verdict.ok]
+    if passed and (require == "any" or len(passed) == len(verdicts)):
+        return Verdict(True), min(live[name].applied[commit].applied_at for name in passed)
+    waiting = [v for v in verdicts.values() if not v.ok]
+    first = waiting[0]
+    need = "any one of" if require == "any" else "all of"
+    return Verdict(False, first.reason, f"needs {need} {', '.join(verdicts)}: "
+                   + "; ".join(v.message for v in waiting), min((v.remaining for v in waiting
+                                                                 if v.remaining is not None), default=None)), None
+
+
+def local(upstream: Upstream, offset: float) -> Upstream:
+    """UPSTREAM with its times moved onto this daemon's clock (OFFSET: this clock minus the earlier daemon's)."""
+    def move(value: float | None) -> float | None:
+        return None if value is None else value + offset
+
+    applied = {commit: AppliedUpstream(record.applied_at + offset, move(record.until), move(record.clean_since),
+                                       record.checks, record.checked)
+               for commit, record in upstream.applied.items()}
+    return Upstream(upstream.cluster, upstream.now + offset, upstream.applied_commit, applied, upstream.rolled_back,
+                    upstream.failing)
 
 
 def _here(commit: str, here: dict[str, Any] | None) -> Verdict | None:

@@ -140,7 +140,7 @@ def pr_lines(data: dict[str, Any], rule: PromotionRule | None) -> list[str]:
     if rule is not None:
         seconds = int(rule.soak.total_seconds())
         soak = f" and stayed healthy for {_span(seconds)}" if seconds else ""
-        text = f"**Promotion**: once merged, `{cluster}` applies it after `{_md(rule.after)}` applied it{soak}"
+        text = f"**Promotion**: once merged, `{cluster}` applies it after `{_md(rule.after_text)}` applied it{soak}"
         if rule.approval == "required":
             text += f", and only once approved (`reconciler promote approve COMMIT --cluster {cluster}`)"
         if rule.windows:

@@ -43,7 +43,9 @@ class PromotionRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    after: str
+    after: str | list[str] = Field(description="The earlier cluster, or several: `[staging-a, staging-b]`")
+    require: Literal["all", "any"] = Field(default="all", description="With several `after`s: all of them must "
+                                           "promote a commit, or any one")
     soak: Annotated[timedelta, BeforeValidator(_soak)] = timedelta(0)
     approval: Literal["none", "required"] = Field(default="none", description="required: a commit is applied "
                                                   "only once `reconciler promote approve COMMIT` named it too")
@@ -51,6 +53,18 @@ class PromotionRule(BaseModel):
                                       "commit back, promote nothing more until `reconciler promote release`")
     windows: list[Window] = Field(default_factory=list, description="Promote only inside these windows (the "
                                   "rollout's window type; none: any time)")
+
+
+    @property
+    def upstreams(self) -> list[str]:
+        """The earlier clusters, in the order written."""
+        return [self.after] if isinstance(self.after, str) else list(self.after)
+
+    @property
+    def after_text(self) -> str:
+        """`staging`, or `staging-a and staging-b` / `staging-a or staging-b` as `require` reads."""
+        names = self.upstreams
+        return names[0] if len(names) == 1 else f" {'or' if self.require == 'any' else 'and'} ".join(names)
 
 
 class _PromotionFile(BaseModel):
@@ -80,13 +94,18 @@ def read_promotion(root: str | Path, clusters: list[str] | None = None) -> dict[
         if name not in known:
             errors.append(ConfigError(nearest(locations, ("promotion", name)), ("promotion", name),
                                       f"no cluster {name!r} in this repository (clusters: {', '.join(known)})"))
-        if rule.after not in known:
+        if not rule.upstreams:
             where: KeyPath = ("promotion", name, "after")
-            errors.append(ConfigError(nearest(locations, where), where, f"after: no cluster {rule.after!r} in this "
-                                      f"repository (clusters: {', '.join(known) or 'none'})"))
-        elif rule.after == name:
-            where = ("promotion", name, "after")
-            errors.append(ConfigError(nearest(locations, where), where, "a cluster cannot come after itself"))
+            errors.append(ConfigError(nearest(locations, where), where, "after: names no cluster"))
+        for index, upstream in enumerate(rule.upstreams):
+            where = ("promotion", name, "after") if isinstance(rule.after, str) else ("promotion", name, "after", index)
+            if upstream not in known:
+                errors.append(ConfigError(nearest(locations, where), where, f"after: no cluster {upstream!r} in this "
+                                          f"repository (clusters: {', '.join(known) or 'none'})"))
+            elif upstream == name:
+                errors.append(ConfigError(nearest(locations, where), where, "a cluster cannot come after itself"))
+            elif upstream in rule.upstreams[:index]:
+                errors.append(ConfigError(nearest(locations, where), where, f"after: {upstream} is named twice"))
     errors.extend(_cycles(rules, locations))
     if errors:
         raise DesiredStateError(errors)
@@ -97,16 +116,21 @@ def _cycles(rules: dict[str, PromotionRule], locations: dict[KeyPath, Location])
     """One error per cycle of `after`s (a cluster waiting, through others, on itself), at its first member."""
     errors: list[ConfigError] = []
     reported: set[str] = set()
+
+    def walk(chain: list[str]) -> list[str] | None:
+        for upstream in rules[chain[-1]].upstreams if chain[-1] in rules else []:
+            if upstream in chain:
+                return chain[chain.index(upstream):]
+            found = walk([*chain, upstream])
+            if found:
+                return found
+        return None
+
     for start in sorted(rules):
-        chain, at = [start], rules[start].after
-        while at in rules and at not in chain:
-            chain.append(at)
-            at = rules[at].after
-        if at in chain:
-            cycle = chain[chain.index(at):]
-            if len(cycle) > 1 and not reported & set(cycle):
-                reported |= set(cycle)
-                where: KeyPath = ("promotion", cycle[0], "after")
-                errors.append(ConfigError(nearest(locations, where), where, "promotion cycle: "
-                                          + " -> ".join([*cycle, cycle[0]]) + " (each waits on the next)"))
+        cycle = walk([start])
+        if cycle and len(cycle) > 1 and not reported & set(cycle):
+            reported |= set(cycle)
+            where: KeyPath = ("promotion", cycle[0], "after")
+            errors.append(ConfigError(nearest(locations, where), where, "promotion cycle: "
+                                      + " -> ".join([*cycle, cycle[0]]) + " (each waits on the next)"))
     return errors
