@@ -1,8 +1,10 @@
 """Tell a merged pull request that its commit was rolled back: a banner on top of our comment on it.
 
 The pull request is found from the merge commit's message, as the forges write it: GitHub's merge commit
-("Merge pull request #12 from ..."), a squash or rebase merge ("Subject (#12)"; Gitea too), GitLab's
-("See merge request group/project!12"). The comment keeps the plan it showed before the merge, under the banner.
+("Merge pull request #12 from ..."), a squash or rebase merge ("Subject (#12)"), Gitea's ("Merge pull request
+'Title' (#12) from ...", a squash "Title (#12)"; `!12` instead of `#12` in a repository with an external issue
+tracker, as Gitea's services/pull/merge.go getMergeMessage writes it), GitLab's ("See merge request
+group/project!12"). The comment keeps the plan it showed before the merge, under the banner.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from reconciler.forge.base import MARKER, Forge, PullRequest, Upserted
 
 BANNER_START = "<!-- reconciler:rolled-back -->"
 BANNER_END = "<!-- /reconciler:rolled-back -->"
-_PATTERNS = (re.compile(r"^Merge pull request #(\d+)\b"), re.compile(r"^Merge pull request '.*' \(#(\d+)\) from "),
+_PATTERNS = (re.compile(r"^Merge pull request #(\d+)\b"), re.compile(r"^Merge pull request '.*' \([#!](\d+)\) from "),
              re.compile(r"See merge request \S*!(\d+)\b"),
-             re.compile(r"\(#(\d+)\)\s*$", re.MULTILINE))
+             re.compile(r"\([#!](\d+)\)\s*$", re.MULTILINE))
 
 
 def merged_pr_number(message: str) -> int | None:

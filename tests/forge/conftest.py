@@ -107,9 +107,9 @@ class Origin:
         run_git(self.work, "push", "--quiet", "origin", "main:refs/heads/main")
         return run_git(self.work, "rev-parse", "main")
 
-    def push_pr(self, number: int, sha: str) -> None:
-        """What GitHub does on a push to a PR branch: move refs/pull/N/head."""
-        run_git(self.work, "push", "--quiet", "--force", "origin", f"{sha}:refs/pull/{number}/head")
+    def push_pr(self, number: int, sha: str, ref: str = "") -> None:
+        """What GitHub does on a push to a PR branch: move refs/pull/N/head (or REF: GitLab's own)."""
+        run_git(self.work, "push", "--quiet", "--force", "origin", f"{sha}:{ref or f'refs/pull/{number}/head'}")
 
     @property
     def daemon(self) -> git.Repo:

@@ -4,7 +4,10 @@ It is not GitHub. It follows GitHub's documented REST behaviour for what the rec
 PyGithub (and our Gitea client) run unmodified against it:
 
 - paths under a prefix: `/api/v3` by default, what PyGithub requests with a GitHub Enterprise `base_url`
-  (`https://HOST/api/v3`); `/api/v1` serves the Gitea flavour (Gitea's `limit` page size accepted too);
+  (`https://HOST/api/v3`); `/api/v1` serves the Gitea flavour (Gitea's `limit` page size accepted too;
+  `GET .../issues/{index}/comments` answers every comment of the issue in one response, without a `Link`
+  header: Gitea's `issueGetComments` takes only `since` and `before`, no `page`/`limit`, as its swagger
+  spec has it, e.g. in the generated gitea-rs client's `issue_get_comments`);
 - `GET /repos/{o}/{r}`, `GET /repos/{o}/{r}/pulls?state=open`, `GET /repos/{o}/{r}/pulls/{n}`,
   `GET /repos/{o}/{r}/issues/{n}/comments`, `POST /repos/{o}/{r}/issues/{n}/comments`,
   `GET|PATCH /repos/{o}/{r}/issues/comments/{id}`;
@@ -36,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 COMMENT_LIMIT = 65_536
+GITEA_PREFIX = "/api/v1"
 DOCS = "https://docs.github.com/rest"
 
 
@@ -56,9 +60,23 @@ class Hook:
 
     method: str
     path_suffix: str
-    fn: Callable[[], None]
+    fn: Callable[[], object]
     nth: int = 1
     seen: int = 0
+
+
+def run_due_hooks(hooks: list[Hook], lock: threading.Lock, method: str, path: str) -> None:
+    """Count a request of METHOD to PATH against HOOKS; run (and drop) those whose turn it is, outside LOCK."""
+    with lock:
+        due = []
+        for hook in list(hooks):
+            if hook.method == method and path.endswith(hook.path_suffix):
+                hook.seen += 1
+                if hook.seen == hook.nth:
+                    hooks.remove(hook)
+                    due.append(hook)
+    for hook in due:
+        hook.fn()
 
 
 @dataclass
@@ -127,7 +145,7 @@ class FakeGitHub:
                       frozenset(methods) if methods else None, after)
         self.faults.extend([fault] * times)
 
-    def before(self, method: str, path_suffix: str, fn: Callable[[], None], nth: int = 1) -> None:
+    def before(self, method: str, path_suffix: str, fn: Callable[[], object], nth: int = 1) -> None:
         """Run FN once just before the NTH request of METHOD to a path ending in PATH_SUFFIX is served (the
         client waits meanwhile: FN may make requests of its own, served by other threads)."""
         with self._lock:
@@ -255,16 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         self._status = 0
         self._override: Fault | None = None
-        with state._lock:
-            due = []
-            for hook in list(state.hooks):
-                if hook.method == method and parsed.path.endswith(hook.path_suffix):
-                    hook.seen += 1
-                    if hook.seen == hook.nth:
-                        state.hooks.remove(hook)
-                        due.append(hook)
-        for hook in due:
-            hook.fn()
+        run_due_hooks(state.hooks, state._lock, method, parsed.path)
         try:
             self._route(method, parsed.path, query, raw)
         finally:
@@ -318,7 +327,11 @@ class _Handler(BaseHTTPRequestHandler):
         if number not in state.pulls:
             self._not_found()
         elif method == "GET":
-            self._page(path, query, [state._comment_json(c) for c in state.comments_on(number)])
+            items = [state._comment_json(c) for c in state.comments_on(number)]
+            if state.prefix == GITEA_PREFIX:
+                self._send(200, items)  # Gitea: every comment of the issue, no pages (module docstring)
+            else:
+                self._page(path, query, items)
         elif method == "POST":
             body = self._body_field(raw)
             if body is not None:

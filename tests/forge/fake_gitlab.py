@@ -2,8 +2,9 @@
 
 `GET /api/v4/projects/{id}/merge_requests?state=opened`, `GET|POST .../merge_requests/{iid}/notes`,
 `PUT .../merge_requests/{iid}/notes/{note_id}`, `PRIVATE-TOKEN` authentication (401 otherwise),
-`page`/`per_page` pagination with `Link` and `X-Next-Page` headers as GitLab documents them, and
-injectable faults (429 with `Retry-After`, 5xx) for the next N requests.
+`page`/`per_page` pagination with `Link` and `X-Next-Page` headers as GitLab documents them,
+injectable faults (429 with `Retry-After`, 5xx) for the next N requests, and hooks as fake_github.py has them
+(a function run once just before the Nth request of a method and path, e.g. another daemon's write).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import itertools
 import json
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.forge.fake_github import Hook, run_due_hooks
 
 
 @dataclass
@@ -29,6 +32,8 @@ class FakeGitLab:
     notes: dict[int, dict[str, Any]] = field(default_factory=dict)
     faults: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     log: list[tuple[str, str, int]] = field(default_factory=list)
+    hooks: list[Hook] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(501))
     _server: ThreadingHTTPServer | None = None
 
@@ -54,6 +59,15 @@ class FakeGitLab:
     def notes_on(self, iid: int) -> list[dict[str, Any]]:
         """Notes of one merge request, oldest first."""
         return [n for n in sorted(self.notes.values(), key=lambda n: n["id"]) if n["mr"] == iid]
+
+    def before(self, method: str, path_suffix: str, fn: Callable[[], object], nth: int = 1) -> None:
+        """Run FN once just before the NTH request of METHOD to a path ending in PATH_SUFFIX is served."""
+        with self._lock:
+            self.hooks.append(Hook(method, path_suffix, fn, nth))
+
+    def count(self, method: str, path_suffix: str = "") -> int:
+        """How many requests of METHOD went to a path ending in PATH_SUFFIX (the query left out)."""
+        return sum(1 for m, path, _ in self.log if m == method and path.split("?")[0].endswith(path_suffix))
 
     @contextmanager
     def running(self) -> Iterator[FakeGitLab]:
@@ -106,6 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(parsed.query)
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        run_due_hooks(state.hooks, state._lock, method, parsed.path)
         if state.faults:
             status, headers = state.faults.pop(0)
             self._send(status, {"message": "fault"}, headers)

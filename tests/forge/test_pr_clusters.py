@@ -1,13 +1,15 @@
 """PR comments in a multi-cluster repository: a section per touched cluster, each written by its own daemon.
 
-Two "daemons" are two report_pull_requests calls with different clusters against the same fake GitHub and the
-same real Git origin; the fake's hooks make one daemon write while the other is between its read and its write.
+Two "daemons" are two report_pull_requests calls with different clusters against the same stand-in forge and
+the same real Git origin; the stand-in's hooks make one daemon write while the other is between its read and its
+write. Every test runs against each forge flavour (stands.py): GitHub, Gitea and GitLab.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +18,13 @@ import structlog
 from reconciler.desired.clusters import load_cluster
 from reconciler.desired.loader import LoadedState
 from reconciler.engine.report import MARKER
-from reconciler.forge.github import GitHubForge
+from reconciler.forge.base import Forge
 from reconciler.forge.pr_plan import PrReportResult, report_pull_requests
 from reconciler.forge.pr_sections import parse_sections
 from reconciler.forge.pr_shared_comment import SUPERSEDED
 from tests.engine.testbed_state import write_state
-from tests.forge.conftest import TOKEN, Origin, converged_facts
-from tests.forge.fake_github import FakeGitHub
+from tests.forge.conftest import TOKEN, Origin, Sleeps, converged_facts
+from tests.forge.stands import KINDS, Stand, running_stand
 
 FLEET = "fleet"
 BASE = f"{FLEET}/bases/common/cluster.yaml"
@@ -30,6 +32,19 @@ PROD = f"{FLEET}/clusters/prod/cluster.yaml"
 BASE_CHANGE = (BASE, 'MaxTime: "04:00:00"', 'MaxTime: "05:00:00"')
 PROD_OVERRIDE = (PROD, "  name: prod\n", '  name: prod\n  partitions:\n    - name: batch\n      MaxTime: "08:00:00"\n')
 FAILED = "nccl nightly: FAILED on gpu02"
+
+
+@pytest.fixture(params=KINDS)
+def stand(request: pytest.FixtureRequest, sleeps: Sleeps) -> Iterator[Stand]:
+    """Each forge flavour in turn: its stand-in server running, our client for it."""
+    with running_stand(request.param, TOKEN, sleeps) as running:
+        yield running
+
+
+@pytest.fixture
+def forge(stand: Stand) -> Forge:
+    """The flavour's client (what the daemons write through)."""
+    return stand.forge
 
 
 @pytest.fixture
@@ -52,7 +67,7 @@ def base_of(origin: Origin, cluster: str) -> LoadedState:
     return load_cluster(Path(repo.working_dir) / FLEET, cluster, commit=repo.head.commit.hexsha)
 
 
-def daemon(origin: Origin, forge: GitHubForge, cluster: str, checks: list[str] | None = None,
+def daemon(origin: Origin, forge: Forge, cluster: str, checks: list[str] | None = None,
            conn: sqlite3.Connection | None = None) -> list[PrReportResult]:
     """One cycle of CLUSTER's daemon: its own facts (converged on main), its own cluster."""
     base = base_of(origin, cluster)
@@ -60,29 +75,29 @@ def daemon(origin: Origin, forge: GitHubForge, cluster: str, checks: list[str] |
                                 structlog.get_logger(), cluster=cluster)
 
 
-def open_pr(origin: Origin, fake: FakeGitHub, number: int, *edits: tuple[str, str, str]) -> str:
+def open_pr(origin: Origin, stand: Stand, number: int, *edits: tuple[str, str, str]) -> str:
     """Commit EDITS on a branch off main, push it as PR NUMBER; return the head sha."""
     origin.branch(f"pr-{number}")
     for rel, old, new in edits:
         origin.edit(rel, old, new)
     sha = origin.commit(f"PR {number}")
-    origin.push_pr(number, sha)
-    fake.add_pull(number, sha, head_ref=f"pr-{number}")
+    origin.push_pr(number, sha, stand.forge.pr_ref(number))
+    stand.open(number, sha, head_ref=f"pr-{number}")
     return sha
 
 
-def body_of(fake: FakeGitHub, number: int) -> str:
+def body_of(stand: Stand, number: int) -> str:
     """The one comment of ours on the PR."""
-    ours = [c["body"] for c in fake.comments_on(number) if c["body"].startswith(MARKER)]
+    ours = [c["body"] for c in stand.comments_on(number) if c["body"].startswith(MARKER)]
     assert len(ours) == 1, ours
     return str(ours[0])
 
 
-def test_base_change_gets_a_section_per_cluster(fleet: Origin, fake: FakeGitHub, forge: GitHubForge) -> None:
-    sha = open_pr(fleet, fake, 1, BASE_CHANGE)
+def test_base_change_gets_a_section_per_cluster(fleet: Origin, stand: Stand, forge: Forge) -> None:
+    sha = open_pr(fleet, stand, 1, BASE_CHANGE)
     [staging] = daemon(fleet, forge, "staging")
     assert (staging.status, staging.head_sha, staging.verdict) == ("created", sha, "3 change(s) on 3 node(s)")
-    body = body_of(fake, 1)
+    body = body_of(stand, 1)
     assert "**Clusters this change touches**: `prod`, `staging`" in body
     assert "**Clusters this change does not touch**: none" in body
     sections = parse_sections(body)
@@ -93,88 +108,88 @@ def test_base_change_gets_a_section_per_cluster(fleet: Origin, fake: FakeGitHub,
 
     [prod] = daemon(fleet, forge, "prod")
     assert prod.status == "edited" and prod.comment_id == staging.comment_id
-    body = body_of(fake, 1)
+    body = body_of(stand, 1)
     sections = parse_sections(body)
     assert "waiting" not in body
     assert body.index("### Cluster `prod`") < body.index("### Cluster `staging`")
     for name in ("prod", "staging"):
         assert sections[name].head == sha
         assert "+PartitionName=batch Nodes=gpu[01-02] MaxTime=05:00:00" in sections[name].text
-    assert len(fake.comments_on(1)) == 1 and fake.count("POST") == 1
+    assert len(stand.comments_on(1)) == 1 and stand.creates() == 1
 
 
-def test_override_in_one_cluster_touches_only_it(fleet: Origin, fake: FakeGitHub, forge: GitHubForge) -> None:
-    open_pr(fleet, fake, 2, PROD_OVERRIDE)
+def test_override_in_one_cluster_touches_only_it(fleet: Origin, stand: Stand, forge: Forge) -> None:
+    open_pr(fleet, stand, 2, PROD_OVERRIDE)
     conn = sqlite3.connect(":memory:")
     [staging] = daemon(fleet, forge, "staging", conn=conn)
     assert staging.status == "created" and staging.verdict.startswith("not touched")
-    body = body_of(fake, 2)
+    body = body_of(stand, 2)
     assert "**Clusters this change touches**: `prod`" in body
     assert "**Clusters this change does not touch**: `staging` (their desired state is the same" in body
     assert list(parse_sections(body)) == ["prod"] and "_waiting for prod's daemon_" in body
 
     [prod] = daemon(fleet, forge, "prod")
     assert prod.status == "edited" and prod.verdict == "3 change(s) on 3 node(s)"
-    body = body_of(fake, 2)
+    body = body_of(stand, 2)
     assert list(parse_sections(body)) == ["prod"]
     assert "+PartitionName=batch Nodes=gpu[01-02] MaxTime=08:00:00" in body
     assert "### Cluster `staging`" not in body and "waiting" not in body
     # staging's next cycle: nothing changed, and the comment still says staging is not touched
-    before = fake.count("PATCH")
+    before = stand.edits()
     assert [r.status for r in daemon(fleet, forge, "staging", conn=conn)] == ["skipped"]
-    assert fake.count("PATCH") == before
+    assert stand.edits() == before
 
 
-def test_a_write_between_read_and_reread_is_kept(fleet: Origin, fake: FakeGitHub, forge: GitHubForge) -> None:
-    open_pr(fleet, fake, 3, BASE_CHANGE)
+def test_a_write_between_read_and_reread_is_kept(fleet: Origin, stand: Stand, forge: Forge) -> None:
+    open_pr(fleet, stand, 3, BASE_CHANGE)
     daemon(fleet, forge, "staging")
     # prod's daemon reads the comment; before it re-reads it to compare, staging's daemon writes a new section
-    fake.before("GET", "/issues/3/comments", lambda: daemon(fleet, forge, "staging", checks=[FAILED]), nth=2)
-    gets = fake.count("GET", "/issues/3/comments")
+    stand.before_read(3, lambda: daemon(fleet, forge, "staging", checks=[FAILED]), nth=2)
+    gets = stand.reads(3)
     [prod] = daemon(fleet, forge, "prod")
-    assert not fake.hooks  # the hook ran
+    assert not stand.hooks_left  # the hook ran
     assert prod.status == "edited"
-    sections = parse_sections(body_of(fake, 3))
+    sections = parse_sections(body_of(stand, 3))
     assert FAILED in sections["staging"].text  # staging's write survived prod's
     assert "**Verdict: 3 change(s) on 3 node(s)**" in sections["prod"].text
     # prod read, re-read (changed), then read and re-read again: 4 of its own, 2 of staging's
-    assert fake.count("GET", "/issues/3/comments") - gets == 6
+    assert stand.reads(3) - gets == 6
 
 
-def test_a_section_erased_in_the_write_window_is_written_again(fleet: Origin, fake: FakeGitHub,
-                                                                forge: GitHubForge) -> None:
-    open_pr(fleet, fake, 4, BASE_CHANGE)
+def test_a_section_erased_in_the_write_window_is_written_again(fleet: Origin, stand: Stand,
+                                                                forge: Forge) -> None:
+    open_pr(fleet, stand, 4, BASE_CHANGE)
     [first] = daemon(fleet, forge, "staging")
     # after prod's daemon re-read the comment and just before its PATCH lands, staging's daemon writes: no
     # forge has a conditional write for comments, so prod's PATCH puts staging's older section back
-    fake.before("PATCH", f"/issues/comments/{first.comment_id}", lambda: daemon(fleet, forge, "staging",
-                                                                                checks=[FAILED]))
+    assert first.comment_id is not None
+    stand.before_edit(first.comment_id, lambda: daemon(fleet, forge, "staging", checks=[FAILED]))
     daemon(fleet, forge, "prod")
-    assert not fake.hooks
-    assert FAILED not in body_of(fake, 4)
+    assert not stand.hooks_left
+    assert FAILED not in body_of(stand, 4)
     # staging's next cycle: same head and facts, but its section is not what it wrote: planned and written again
     [again] = daemon(fleet, forge, "staging", checks=[FAILED])
     assert again.status == "edited"
-    sections = parse_sections(body_of(fake, 4))
+    sections = parse_sections(body_of(stand, 4))
     assert FAILED in sections["staging"].text and "**Verdict: 3 change(s)" in sections["prod"].text
     assert [r.status for r in daemon(fleet, forge, "staging", checks=[FAILED])] == ["skipped"]
 
 
-def test_two_daemons_creating_at_once_end_in_one_comment(fleet: Origin, fake: FakeGitHub,
-                                                         forge: GitHubForge) -> None:
-    open_pr(fleet, fake, 5, BASE_CHANGE)
+def test_two_daemons_creating_at_once_end_in_one_comment(fleet: Origin, stand: Stand,
+                                                         forge: Forge) -> None:
+    open_pr(fleet, stand, 5, BASE_CHANGE)
     # staging's daemon found no comment; before its POST lands, prod's daemon creates one
-    fake.before("POST", "/issues/5/comments", lambda: daemon(fleet, forge, "prod"))
+    stand.before_create(5, lambda: daemon(fleet, forge, "prod"))
     [staging] = daemon(fleet, forge, "staging")
-    assert not fake.hooks
-    first, second = fake.comments_on(5)
+    assert not stand.hooks_left
+    first, second = stand.comments_on(5)
     assert staging.comment_id == first["id"] and second["body"] == SUPERSEDED
-    sections = parse_sections(body_of(fake, 5))
+    sections = parse_sections(body_of(stand, 5))
     assert all(sections[n].head is not None and "**Verdict: 3 change(s)" in sections[n].text
                for n in ("prod", "staging"))
 
 
-def test_the_daemon_passes_its_cluster(fleet: Origin, fake: FakeGitHub, tmp_path: Path,
+def test_the_daemon_passes_its_cluster(fleet: Origin, stand: Stand, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's `cluster:` reaches report_pull_requests: a real Reconciler writes only its own section."""
     from reconciler.daemon.config import DaemonConfig
@@ -182,17 +197,17 @@ def test_the_daemon_passes_its_cluster(fleet: Origin, fake: FakeGitHub, tmp_path
     from reconciler.daemon.metrics import Metrics
     from reconciler.daemon.store import Store
 
-    open_pr(fleet, fake, 6, BASE_CHANGE)
+    open_pr(fleet, stand, 6, BASE_CHANGE)
     monkeypatch.setenv("RECONCILER_TEST_FORGE_TOKEN", TOKEN)
     config = DaemonConfig.model_validate({
         "repository": {"url": str(fleet.bare), "subdir": FLEET}, "mode": "enforce", "metrics_listen": None,
         "state_dir": str(tmp_path / "prod-daemon"), "cluster": "prod",
-        "forge": {"type": "github", "url": fake.base_url, "repo": "acme/cluster",
+        "forge": {"type": stand.kind, "url": stand.url, "repo": stand.repo,
                   "token_env": "RECONCILER_TEST_FORGE_TOKEN"}})
     config.state_path.mkdir(parents=True)
     loop = Reconciler(config, Store(config.state_path / "state.db"), Metrics(), threading.Event())
     base = base_of(fleet, "prod")
     loop.prs.report(fleet.daemon, base, converged_facts(base), loop.store, structlog.get_logger())
-    sections = parse_sections(body_of(fake, 6))
+    sections = parse_sections(body_of(stand, 6))
     assert sections["prod"].head is not None and "**Verdict: 3 change(s)" in sections["prod"].text
     assert sections["staging"].head is None and "_waiting for staging's daemon_" in sections["staging"].text

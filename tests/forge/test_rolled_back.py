@@ -1,4 +1,5 @@
-"""A merged pull request whose commit was rolled back says so: on the fake GitHub server, through PyGithub."""
+"""A merged pull request whose commit was rolled back says so: on the stand-in GitHub server, through PyGithub (and
+our Gitea client against its Gitea flavour)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 from reconciler.engine.report import MARKER
 from reconciler.forge.github import GitHubForge
 from reconciler.forge.rolled_back import BANNER_START, banner, merged_pr_number, note_rolled_back, with_banner
+from tests.forge.conftest import TOKEN, Sleeps
 from tests.forge.fake_github import FakeGitHub
+from tests.forge.stands import running_stand
 
 COMMIT = "ab" * 20
 RECORD = {"wave": 1, "gate": "smoke-job", "nodes": "gpu01", "reverted": "gpu01", "to": "cd" * 20,
@@ -18,6 +21,9 @@ RECORD = {"wave": 1, "gate": "smoke-job", "nodes": "gpu01", "reverted": "gpu01",
     ("Merge pull request #12 from acme/prolog\n\nNew prolog", 12),                      # GitHub merge commit
     ("Prolog that checks the GPUs (#34)\n\n* first\n* second", 34),                      # squash merge
     ("Merge pull request 'prolog' (#7) from prolog into main", 7),                       # Gitea
+    ("Merge pull request 'it's (#3)' (!8) from alice/cluster:prolog into main\n\nReviewed-on: "
+     "https://gitea.example/acme/cluster/pulls/8", 8),                 # Gitea, fork, external issue tracker
+    ("Prolog that checks the GPUs (!9)\n\nReviewed-on: https://gitea.example/acme/cluster/pulls/9", 9),  # its squash
     ("Merge branch 'prolog' into 'main'\n\nNew prolog\n\nSee merge request hpc/cluster!56", 56),  # GitLab
     ("Edit prolog directly on main", None), ("Fix #12 in the prolog", None),
 ])
@@ -62,15 +68,22 @@ def test_hostile_text_cannot_break_out_of_the_banner() -> None:
     assert "<img" not in note and "`b`" not in note and "\n# heading" not in note
 
 
-def test_the_merged_prs_comment_gets_the_banner_above_its_plan(fake: FakeGitHub, forge: GitHubForge) -> None:
-    fake.add_pull(12, "12" * 20, "prolog", "prolog")
-    fake.pulls[12]["state"] = "closed"  # merged
-    ours = fake.add_comment(12, f"{MARKER}\n## reconciler plan\n1 change on gpu[01-16]", login=fake.login)
-    done = note_rolled_back(forge, "Merge pull request #12 from acme/prolog", COMMIT, RECORD)
-    assert done is not None and done.action == "edited" and done.comment.id == ours
-    body = fake.comments[ours]["body"]
-    assert body.index("Rolled back") < body.index("reconciler plan") and "1 change on gpu[01-16]" in body
-    assert len(fake.comments_on(12)) == 1
+@pytest.mark.parametrize(("kind", "message"), [
+    ("github", "Merge pull request #12 from acme/prolog"),
+    ("gitea", "Merge pull request 'prolog' (#12) from prolog into main\n\nReviewed-on: https://gitea.example/pulls/12"),
+])
+def test_the_merged_prs_comment_gets_the_banner_above_its_plan(kind: str, message: str, sleeps: Sleeps) -> None:
+    with running_stand(kind, TOKEN, sleeps) as stand:
+        fake = stand.server
+        assert isinstance(fake, FakeGitHub)
+        fake.add_pull(12, "12" * 20, "prolog", "prolog")
+        fake.pulls[12]["state"] = "closed"  # merged
+        ours = fake.add_comment(12, f"{MARKER}\n## reconciler plan\n1 change on gpu[01-16]", login=fake.login)
+        done = note_rolled_back(stand.forge, message, COMMIT, RECORD)
+        assert done is not None and done.action == "edited" and done.comment.id == ours
+        body = fake.comments[ours]["body"]
+        assert body.index("Rolled back") < body.index("reconciler plan") and "1 change on gpu[01-16]" in body
+        assert len(fake.comments_on(12)) == 1 and fake.requests[-1].path.startswith(fake.prefix)
 
 
 def test_a_direct_push_touches_no_pull_request(fake: FakeGitHub, forge: GitHubForge) -> None:
