@@ -14,12 +14,12 @@ from tests.transport.sshd_server import free_port
 class Staging:
     """Staging's side: its store and its listener serving /promotion.json (stopped and started again at will)."""
 
-    def __init__(self, db: Path) -> None:
-        self.db, self.store, self.port, self.server = db, Store(db), free_port(), None
+    def __init__(self, db: Path, name: str = "staging") -> None:
+        self.db, self.store, self.port, self.server, self.name = db, Store(db), free_port(), None, name
 
     def serve(self) -> None:
         self.server = Metrics().serve(f"127.0.0.1:{self.port}", None, None, None,
-                                      lambda: answer_json(self.db, "staging"))
+                                      lambda: answer_json(self.db, self.name))
 
     def down(self) -> None:
         if self.server is not None:
