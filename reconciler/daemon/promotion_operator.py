@@ -22,6 +22,7 @@ from typing import Any
 from reconciler.common import clock
 from reconciler.daemon.promotion_http import APPLIED_LOG_KEY, CLUSTER_KEY
 from reconciler.daemon.store import connect
+from reconciler.ha.role import HA_KEY
 
 KEY = "promotion_operator"
 HISTORY = 200
@@ -41,7 +42,7 @@ def update(path: Path, change: Callable[[dict[str, Any], dict[str, Any]], Any]) 
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            keys = (KEY, CLUSTER_KEY, "applied_commit", APPLIED_LOG_KEY)
+            keys = (KEY, CLUSTER_KEY, "applied_commit", APPLIED_LOG_KEY, HA_KEY)
             rows = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(keys))})",
                                      keys))
             row = json.loads(rows[KEY]) if rows.get(KEY) else {}
@@ -94,6 +95,10 @@ def _check(row: dict[str, Any], meta: dict[str, Any], req: dict[str, Any], clust
     if mine != cluster:
         raise Refused(f"this daemon reconciles cluster {mine or '(none: no `cluster:` in its config)'}, not "
                       f"{cluster}" + ("" if mine else "; promotion commands need a cluster's daemon"))
+    role = meta.get(HA_KEY) or {}
+    if role.get("role") == "standby":
+        raise Refused(f"this daemon is the standby of a pair: give the command on the leader "
+                      f"({role.get('leader') or 'unknown now'}), whose store its promotion gate reads")
     op, commit, applied = req["op"], str(req.get("commit")), meta.get("applied_commit")
     hold = row.get("hold")
     if op == "approve":

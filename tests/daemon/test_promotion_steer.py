@@ -207,3 +207,20 @@ def test_outside_the_promotion_windows_nothing_new_is_promoted(tmp_path: Path, s
     assert promote(loop) is None
     assert journal(loop)["reason"] == "outside-window" and "next opens" in journal(loop)["message"]
     loop.store.close()
+
+
+def test_the_standby_of_a_pair_refuses_promotion_commands(tmp_path: Path) -> None:
+    from reconciler.daemon.promotion_http import CLUSTER_KEY
+    from reconciler.daemon.store import Store
+    from reconciler.ha.role import HA_KEY
+
+    store = Store(tmp_path / "state.db")
+    store.set(CLUSTER_KEY, "production")
+    store.set(HA_KEY, {"role": "standby", "leader": "login2"})
+    result = CliRunner().invoke(main, ["promote", "hold", "--cluster", "production", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "standby of a pair: give the command on the leader (login2)" in result.output
+    assert read(store.path) == {}
+    store.set(HA_KEY, {"role": "leader", "leader": "login1"})
+    result = CliRunner().invoke(main, ["promote", "hold", "--cluster", "production", "--state-dir", str(tmp_path)])
+    assert result.exit_code == 0 and read(store.path)["hold"]["kind"] == "manual", result.output
+    store.close()
