@@ -19,6 +19,7 @@ import structlog
 from reconciler.common import clock
 from reconciler.daemon.loop_state import LoopHost
 from reconciler.daemon.operator import PairCarrier
+from reconciler.daemon.promotion_operator import KEY as PROMOTION_OPERATOR_KEY
 from reconciler.daemon.rollouts import JOURNAL_KEY, StoreJournal
 from reconciler.daemon.store import PENDING_FOLLOWUPS, Store
 from reconciler.desired.inventory import NodeSpec, node_specs
@@ -97,6 +98,8 @@ def take_over(reconciler: LoopHost, ha: HighAvailability) -> None:
     for commit, mark in (journal.get("rolled_back") or {}).items():
         if commit not in store.rolled_back():
             store.mark_rolled_back(commit, mark)  # the predecessor's gate failed on it: not applied again
+    if isinstance(journal.get(PROMOTION_OPERATOR_KEY), dict):  # the operator's promotion commands (approvals, hold)
+        store.set(PROMOTION_OPERATOR_KEY, journal[PROMOTION_OPERATOR_KEY])
     if applied and applied != reconciler.state.applied:
         reconciler.state.applied = applied
         reconciler.state.applied_target = None

@@ -79,7 +79,8 @@ class Reconciler:
         self.targets = Targets(self.common, self.state, self.source, self.notices)
         self.checks = HealthChecks(self.common, self.notices)
         self.prs = PrReports(self.common, self.source)
-        self.promotion = Promotion(self.common, self.state, self.source, self.targets.target_of, self.notices)
+        self.promotion = Promotion(self.common, self.state, self.source, self.targets.target_of, self.notices,
+                                   lambda: self.role.ha)
         self.apply = Applying(self.common, self.role, self.notices, self.state, self.schedule, self.sessions,
                               self.gate, self.source, self.targets.target_of, self.prs.note_rollback,
                               on_applied=self.promotion.applied)

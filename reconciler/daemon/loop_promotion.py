@@ -3,6 +3,7 @@ cluster's daemon promoted (promotion.py decides, promotion_http.py asks), and jo
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import git
 from reconciler.common import clock
 from reconciler.daemon import notify
 from reconciler.daemon.git_source import GitSource
+from reconciler.daemon.leadership import mirror
 from reconciler.daemon.loop_core import Common, Notices
 from reconciler.daemon.loop_state import LoopState, Target
 from reconciler.daemon.promotion import AWAITING_APPROVAL, Decision, Upstream, decide, journal, local
@@ -23,10 +25,12 @@ from reconciler.daemon.promotion_http import (
     note_applied,
     note_promoted,
 )
+from reconciler.daemon.promotion_operator import KEY as OPERATOR_KEY
 from reconciler.daemon.promotion_steer import Steer, Steering
 from reconciler.desired.errors import DesiredStateError
 from reconciler.desired.layout import cluster_names
 from reconciler.desired.promotion import PROMOTION_FILE, PromotionRule, read_promotion
+from reconciler.ha.role import HighAvailability
 
 MAX_LINEAGE = 1000  # commits of the branch head's history considered for promotion
 
@@ -35,8 +39,10 @@ class Promotion:
     """Hold a commit back until the earlier cluster promoted it; remember what each cluster applied, and when."""
 
     def __init__(self, common: Common, state: LoopState, source: GitSource | None,
-                 target_of: Callable[[str | None], Target | None], notices: Notices | None = None) -> None:
-        self.common, self.state, self.source, self.target_of = common, state, source, target_of
+                 target_of: Callable[[str | None], Target | None], notices: Notices | None = None,
+                 ha: Callable[[], HighAvailability | None] = lambda: None) -> None:
+        self.common, self.state, self.source, self.target_of, self.ha = common, state, source, target_of, ha
+        self._mirrored: str | None = None  # the operator row last copied beside the lease (a pair's leader)
         self.steering = Steering(common, state, source, notices)
         self.notices = notices
         self.trigger: str | None = None  # the run's trigger when the operator steered this cycle (hotfix, back)
@@ -58,6 +64,7 @@ class Promotion:
                                                   source=previous.get("source"), unreachable=None))
             return self.target_of(self.state.applied) if self.state.applied else None  # never ungated
         self.trigger = None
+        self._mirror()
         self.steering.hold_after_rollback(rule)
         self.steering.take_back()
         steer = self.steering.steer(target.commit, rule)
@@ -143,6 +150,18 @@ class Promotion:
             (Path(scratch) / PROMOTION_FILE).write_text(text + "\n")
             rules = read_promotion(scratch, clusters=cluster_names(target.loaded.root))
         return rules.get(cluster)
+
+    def _mirror(self) -> None:
+        """In a pair, copy the operator's row beside the lease when it changed: a successor adopts it
+        (leadership.take_over), so a hold or a pending hotfix outlives a takeover."""
+        ha = self.ha()
+        if ha is None or not ha.is_leader():
+            return
+        row = self.common.store.get(OPERATOR_KEY) or {}
+        text = json.dumps(row, sort_keys=True)
+        if text != self._mirrored:
+            mirror(ha, {OPERATOR_KEY: row}, required=False)
+            self._mirrored = text
 
     def _ask(self, name: str) -> tuple[Upstream | None, str | None]:
         """Earlier cluster NAME's answer, its times on this daemon's clock; or None and why there is none."""

@@ -224,3 +224,43 @@ def test_the_standby_of_a_pair_refuses_promotion_commands(tmp_path: Path) -> Non
     result = CliRunner().invoke(main, ["promote", "hold", "--cluster", "production", "--state-dir", str(tmp_path)])
     assert result.exit_code == 0 and read(store.path)["hold"]["kind"] == "manual", result.output
     store.close()
+
+
+def test_a_hold_outlives_a_takeover_in_a_pair(tmp_path: Path) -> None:
+    """The leader's promotion gate copies the operator's row beside the lease (the real lease script, run by a
+    local shell); the successor adopts it when it takes over."""
+    import contextlib
+
+    from reconciler.daemon.leadership import take_over
+    from reconciler.daemon.loop_promotion import Promotion
+    from reconciler.daemon.loop_state import LoopState
+    from reconciler.daemon.promotion_http import CLUSTER_KEY
+    from reconciler.daemon.promotion_operator import give, request
+    from reconciler.daemon.store import Store
+    from reconciler.ha.role import HA_KEY, HighAvailability
+    from tests.ha.local_shell import LocalShell, spec
+
+    shell = LocalShell()
+
+    @contextlib.contextmanager
+    def connect() -> Any:
+        yield shell, spec("ctl")
+
+    stores = {name: Store(tmp_path / name / "state.db") for name in ("login1", "login2")}
+    roles = {name: HighAvailability(name, "ctl", str(tmp_path / "lease"), 1.0, 0.2, connect) for name in stores}
+    roles["login1"].tick()
+    assert roles["login1"].is_leader()
+    stores["login1"].set(CLUSTER_KEY, "production")
+    stores["login1"].set(HA_KEY, roles["login1"].snapshot())
+    give(stores["login1"].path, request("hold", None, "alice@login1", "freeze"), "production")
+    common = types.SimpleNamespace(store=stores["login1"])
+    Promotion(common, LoopState(), None, lambda _: None, None, lambda: roles["login1"])._mirror()  # type: ignore[arg-type]
+    time.sleep(1.5)  # login1 stops renewing: its 1 s lease runs out
+    roles["login2"].tick()
+    assert roles["login2"].is_leader()
+    host = types.SimpleNamespace(store=stores["login2"], state=LoopState(), ha_loaded=None, sessions=None)
+    take_over(host, roles["login2"])  # type: ignore[arg-type]
+    adopted = read(stores["login2"].path)
+    assert adopted["hold"]["kind"] == "manual" and adopted["hold"]["reason"] == "freeze"
+    for store in stores.values():
+        store.close()
