@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from reconciler.checks.fleet import store as fleet_store
+from reconciler.checks.fleet.readings import readings_from as fleet_readings
 from reconciler.checks.gpu import judge as gpu_judge
 from reconciler.checks.gpu import memory as gpu_memory
 from reconciler.checks.gpu.dcgm import dcgm_command
@@ -393,6 +395,21 @@ def munge_cross(transport: Transport, specs: dict[str, NodeSpec], nodes: list[st
     return items
 
 
+def _keep_fleet(conn: sqlite3.Connection, state: DesiredState, sections: dict[str, dict[str, Section]],
+                memories: dict[str, XidMemory], at: float) -> None:
+    """Record what each node's GPU probe saw in the fleet history, and prune it to the retention."""
+    readings, xids = [], []
+    for node, found in sections.items():
+        if "gpu" in found:
+            mine, new = fleet_readings(node, found, at, memories.get(node))
+            readings += mine
+            xids += new
+    fleet_store.ensure_schema(conn)
+    fleet_store.save_rules(conn, state.checks.fleet)
+    fleet_store.record(conn, readings, xids)
+    fleet_store.prune(conn, at, float(parse_duration(state.checks.fleet.retention)))
+
+
 def run_node_checks(state: DesiredState, transport: Transport, checks: list[NodeCheck], view: SlurmView,
                     only: set[str] | None = None, log: Callable[[str], None] = lambda _: None,
                     conn: sqlite3.Connection | None = None) -> list[CheckResult]:
@@ -437,6 +454,8 @@ def run_node_checks(state: DesiredState, transport: Transport, checks: list[Node
             items = judge_node_check(check, node, sections[node], probes[node], specs[node].service_manager,
                                      images[node], view, munge.get(node), memories.get(node))
             results.append(node_result(check, node, items, started, duration))
+    if conn is not None:  # every GPU's history, by UUID (checks/fleet), before the XID memory moves on
+        _keep_fleet(conn, state, sections, memories, started.timestamp())
     gpu_memory.save(conn, {node: remembered(sections[node], memory) for node, memory in memories.items()
                            if node in sections})
     return results

@@ -328,6 +328,7 @@ def _apply_in_waves(run: Any, plan: Any, old: Any, options: Any) -> None:
 def _register_daemon() -> None:
     """Attach the daemon commands (run, status, history, upgrade)."""
     from reconciler.cli.daemon import COMMANDS
+    from reconciler.cli.gpus import gpus
     from reconciler.cli.importer import import_command
     from reconciler.cli.promote import promote
     from reconciler.cli.upgrade import upgrade
@@ -336,6 +337,7 @@ def _register_daemon() -> None:
         main.add_command(command)
     main.add_command(import_command)
     main.add_command(upgrade)  # the operator's pause / resume / skip / retry of the daemon's upgrade
+    main.add_command(gpus)  # the fleet's GPUs worst first, RMA candidates, one GPU's history
     main.add_command(promote)  # the operator's approve / hold / release / hotfix / back of a cluster's promotion
 
 

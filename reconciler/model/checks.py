@@ -11,6 +11,7 @@ from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from reconciler.model.base import AbsPath, Hostlist, Strict, hostlist_expr, parse_size
 from reconciler.model.bounds import CheckInterval, CheckTimeout, count, duration_between
+from reconciler.model.fleet import FleetRules
 from reconciler.model.values import NameToken
 
 
@@ -178,3 +179,5 @@ class Checks(Strict):
 
     node: list[NodeCheck] = Field(default_factory=list)
     nccl: list[NcclCheck] = Field(default_factory=list)
+    fleet: FleetRules = Field(default_factory=FleetRules, description="Every GPU's history and the RMA rules "
+                              "(reconciler/model/fleet.py, docs/gpu-fleet.md)")

@@ -1,0 +1,1 @@
+"""Every GPU's history across the fleet: readings by UUID, ranking, RMA candidates (docs/gpu-fleet.md)."""
