@@ -210,3 +210,20 @@ def load_rules(conn: sqlite3.Connection) -> FleetRules:
     except sqlite3.OperationalError:
         row = None
     return FleetRules.model_validate_json(row[0]) if row else FleetRules()
+
+
+def sync_candidates(conn: sqlite3.Connection, met: dict[str, list[tuple[str, float, str]]]) -> list[tuple[str, str]]:
+    """Keep `gpu_rma` to MET (uuid -> [(rule, since, detail)]); return the (uuid, rule) pairs new since the last
+    call (a GPU that meets a rule again after it stopped is new again)."""
+    was_open = conn.in_transaction
+    ids = {str(u): int(i) for i, u in conn.execute("SELECT id, uuid FROM gpu")}
+    now = {(ids[u], rule): (since, detail) for u, hits in met.items() if u in ids for rule, since, detail in hits}
+    before = {(int(g), str(r)) for g, r in conn.execute("SELECT gpu, rule FROM gpu_rma")}
+    for key in before - set(now):
+        conn.execute("DELETE FROM gpu_rma WHERE gpu=? AND rule=?", key)
+    new = sorted(set(now) - before)
+    conn.executemany("INSERT INTO gpu_rma VALUES (?,?,?,?)", [(g, r, *now[(g, r)]) for g, r in new])
+    if conn.in_transaction and not was_open:
+        conn.commit()
+    uuids = {i: u for u, i in ids.items()}
+    return [(uuids[g], r) for g, r in new]

@@ -110,7 +110,7 @@ class ForgeConfig(ForgeClientConfig):
 
 
 NOTIFY_EVENTS = ("rollout-started", "rollout-finished", "rolled-back", "node-drained", "apply-failed", "drift-healed",
-                 "source-unreachable", "invalid-commit", "promotion")
+                 "source-unreachable", "invalid-commit", "promotion", "gpu-rma")
 
 
 def _events(values: list[str]) -> list[str]:

@@ -3,9 +3,11 @@ they drained (and what Slurm says is drained after a cycle's gather)."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from reconciler.checks import store as check_store
 from reconciler.common import clock
@@ -81,11 +83,33 @@ class HealthChecks:
             (log.info if result.ok else log.warning)("check.result", check=result.check, node=result.node,
                                                       ok=result.ok, message=result.message, busbw=result.value)
         self.common.metrics.set_gpu_faults(check_store.latest(store.conn))
+        self._fleet(state, store, log)
         if any(not r.skipped for r in results):
             self._refresh_drained(transport, state, store)
         drains = [(a.node, a.check, a.reason) for a in checked.actions if a.kind == "drain" and a.done]
         if drains:
             self.notices.send(lambda: notify.drained_message(drains, state.cluster.name))
+
+    def _fleet(self, state: DesiredState, store: Store, log: Any) -> None:
+        """The fleet's standings after a check: per-GPU metrics, and a message for each new RMA candidate."""
+        from reconciler.checks.fleet import store as fleet_store
+        from reconciler.checks.fleet.rank import standings
+
+        try:
+            ranked = standings(store.conn, clock.wall(), state.checks.fleet)
+            new = fleet_store.sync_candidates(store.conn, {s.uuid: [(h.rule, h.since, h.detail) for h in s.rma]
+                                                           for s in ranked if s.rma})
+        except sqlite3.OperationalError as exc:  # no GPU history (no GPU check has run)
+            log.debug("fleet.none", error=str(exc))
+            return
+        self.common.metrics.set_gpu_fleet(ranked)
+        if new:
+            hits = {s.uuid: s for s in ranked}
+            found = [(hits[u], next(h for h in hits[u].rma if h.rule == r)) for u, r in new]
+            for standing, hit in found:
+                log.warning("fleet.rma_candidate", node=standing.node, gpu=standing.index, uuid=standing.uuid,
+                            rule=hit.rule, detail=hit.detail)
+            self.notices.send(lambda: notify.rma_message(found, state.cluster.name))
 
     def record_drained(self, nodes: dict[str, SlurmNodeFact], error: str | None, store: Store | None = None,
                         asked: float | None = None) -> None:

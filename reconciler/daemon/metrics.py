@@ -108,6 +108,11 @@ class Metrics:
         self.gpu_fault = Gauge("reconciler_gpu_fault", "1 for each GPU fault in the latest result of a node check "
                                "(gpu: its index, empty for the node's GPUs as a whole; kind: xid, ecc, nvlink, ...)",
                                ["node", "gpu", "kind"], registry=r)
+        self.gpu_rma = Gauge("reconciler_gpu_rma_candidate", "1 for each GPU that meets an RMA rule of checks.fleet "
+                             "(gpu: its index on the node; only candidates are exported)",
+                             ["node", "gpu", "uuid", "rule"], registry=r)
+        self.gpu_score = Gauge("reconciler_gpu_health_score", "Each GPU's fleet score: 0 healthy, higher worse, "
+                               ">= 1000 an RMA candidate (reconciler gpus)", ["node", "gpu"], registry=r)
         self.node_upgrade_state = Gauge("reconciler_node_upgrade_state", "Per node of a reboot-aware upgrade (the "
                                         "one in flight, else the last): 1 for its current state, 0 for the others",
                                         ["node", "state"], registry=r)
@@ -157,6 +162,15 @@ class Metrics:
         self.gpu_fault.clear()
         for node, gpu, kind in sorted(faults):
             self.gpu_fault.labels(node=node, gpu=gpu, kind=kind).set(1)
+
+    def set_gpu_fleet(self, standings: Iterable[Any]) -> None:
+        """Set the per-GPU score and RMA gauges from the fleet's standings (checks/fleet/rank.py)."""
+        self.gpu_rma.clear()
+        self.gpu_score.clear()
+        for s in standings:
+            self.gpu_score.labels(node=s.node, gpu=str(s.index)).set(s.score)
+            for hit in s.rma:
+                self.gpu_rma.labels(node=s.node, gpu=str(s.index), uuid=s.uuid, rule=hit.rule).set(1)
 
     def set_upgrade(self, upgrade: dict[str, Any] | None) -> None:
         """Set reconciler_node_upgrade_state from an upgrade record (`record["upgrade"]`; None: no series)."""

@@ -408,3 +408,13 @@ def promotion_message(title: str, lines: list[str], cluster: str | None, key: st
     """A promotion event of CLUSTER: held, released, gone back, a hotfix applied or refused, an approval needed."""
     return Message("promotion", f"reconciler: {cluster or 'cluster'}: {title}", "\n".join(_head(cluster) + lines),
                    f"{cluster}:{key}:{title}")
+
+
+def rma_message(found: list[tuple[Any, Any]], cluster: str | None) -> Message:
+    """GPUs that became RMA candidates: (standing, rule met) each (checks/fleet/rank.py)."""
+    lines = [f"{s.node} GPU {s.index} {s.uuid} (serial {s.serial or '-'}): {h.rule}: {h.detail}" for s, h in found]
+    title = (f"reconciler: GPU {found[0][0].node}/{found[0][0].index} is an RMA candidate" if len(found) == 1
+             else f"reconciler: {len(found)} GPUs are RMA candidates")
+    body = _head(cluster) + lines[:20] + [f"... and {len(lines) - 20} more" if len(lines) > 20 else "",
+                                          "History: reconciler gpus UUID"]
+    return Message("gpu-rma", title, "\n".join(line for line in body if line), ",".join(s.uuid for s, _ in found))

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reconciler.daemon import fleet_view, promotion_view, upgrade_view
 from reconciler.daemon import operator as operator_view
-from reconciler.daemon import promotion_view, upgrade_view
 from reconciler.daemon.logs import scrub
 from reconciler.daemon.metrics import GpuFault, gpu_faults
 from reconciler.daemon.store import DRAINED_KEY, JOURNAL_KEY, DriftRecord, RunRecord, Store
@@ -94,6 +94,7 @@ class Snapshot:
     peer_errors: dict[str, str] = field(default_factory=dict)  # peer -> why its runs are missing
     promotion: dict[str, Any] | None = None  # cluster, promotion decision, lags (promotion_view.load)
     operator: dict[str, Any] | None = None  # the operator's pause, requests, acts (operator_view.shown)
+    fleet: Any = None  # every GPU's standing and history (fleet_view.load)
 
 
 def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) -> Snapshot:
@@ -123,6 +124,7 @@ def load_snapshot(db: Path, mode: str | None = None, source: str | None = None) 
             snap.gpu_faults = gpu_faults(latest)
             for (check, node), points in check_store.busbw_series(store.conn, MAX_POINTS).items():
                 snap.busbw.setdefault(check, {})[node] = [BusbwPoint(w, v, ok) for w, v, ok in points]
+        snap.fleet = fleet_view.load(store.conn, snap.generated)
     finally:
         store.close()
     return snap
@@ -462,8 +464,8 @@ def render(snapshot: Snapshot) -> str:
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snapshot.generated))
     body = "".join([_source_section(snapshot), promotion_view.section(snapshot.promotion),
                     _rollout_section(snapshot), _runs_section(snapshot), _drift_section(snapshot),
-                    _checks_section(snapshot), _gpu_faults_section(snapshot), _drained_section(snapshot),
-                    _busbw_section(snapshot)])
+                    _checks_section(snapshot), _gpu_faults_section(snapshot), fleet_view.section(snapshot.fleet),
+                    _drained_section(snapshot), _busbw_section(snapshot)])
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             '<meta http-equiv="refresh" content="30"><title>reconciler status</title>'
             f"<style>{STYLE}</style></head><body><header><h1>reconciler status</h1>"

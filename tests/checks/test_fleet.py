@@ -25,12 +25,14 @@ from reconciler.checks.node import remembered
 from reconciler.checks.results import CheckResult
 from reconciler.cli.main import main
 from reconciler.facts.sections import Section
+from reconciler.daemon.status_page import load_snapshot, render
+from reconciler.daemon.store import Store
 from reconciler.model.fleet import FleetRules
 
 REPO = Path(__file__).resolve().parents[2]
 STANDINS = REPO / "deploy" / "testbed" / "standins"
 DAY = 86_400.0
-T0 = float(int(time.time() // 3600 * 3600) - 3 * 86_400)  # recent: the CLI judges against the clock
+T0 = float(int(time.time() // 3600 * 3600) - 10 * 3600)  # recent: the CLI and the page judge by the clock
 
 
 def probe(tmp: Path, host: str, faults: str, boot: str = "b0000000-0000-4000-8000-000000000001") -> dict[str, Section]:
@@ -58,7 +60,8 @@ class Fleet:
     """A daemon's store fed node by node, each node's XID memory carried between its checks."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp, self.conn = tmp, sqlite3.connect(tmp / "state.db")
+        self.tmp, self.store = tmp, Store(tmp / "state.db")  # the daemon's own store
+        self.conn = self.store.conn
         fleet.ensure_schema(self.conn)
         check_store.ensure_schema(self.conn)
         self.memory: dict[str, XidMemory] = {}
@@ -123,6 +126,14 @@ def test_three_rma_candidates_each_by_its_rule_and_a_sliding_node_ranked(tmp_pat
     one = CliRunner().invoke(main, ["gpus", gone, "--state-dir", str(tmp_path)])
     assert one.exit_code == 0 and f"GPU {gone}" in one.output and "XID 79 x1" in one.output, one.output
     assert "RMA candidate: xid-hardware" in one.output
+
+    page = render(load_snapshot(tmp_path / "state.db"))
+    section = page[page.index('<section id="gpu-fleet">'):]
+    section = section[:section.index("</section>")]
+    assert "16 GPUs on 2 nodes" in section and '<span class="bad" id="rma-count">3 RMA candidate(s)</span>' in section
+    assert section.count('class="gpu rma"') == 3 and section.count('class="gpu warn"') == 8
+    assert 'data-code="79"' in section and 'class="worst rma"' in section
+    assert 'data-node="gpu02"' in section and "node gpu02: nccl-local bus bandwidth" in section
     world.conn.close()
 
 
