@@ -188,3 +188,22 @@ def test_rules_are_checked_and_kept_for_the_cli(tmp_path: Path) -> None:
     fleet.save_rules(conn, mine)
     assert fleet.load_rules(conn) == mine
     conn.close()
+
+
+def test_a_real_h200s_readings_join_the_history_like_any_nodes(tmp_path: Path) -> None:
+    """The device recording (tests/fixtures/gpu/h200-fleet-2026-11-29: four probe runs on a real H200) imported
+    beside two stand-in nodes: its GPU is in the fleet with its real UUID, serial and four readings."""
+    from bench.gpu_fleet_device import import_probes
+
+    recorded = REPO / "tests" / "fixtures" / "gpu" / "h200-fleet-2026-11-29"
+    world = Fleet(tmp_path)
+    world.check("gpu01", "ecc 3 2\n", T0)
+    assert import_probes(world.conn, (recorded / "probes.txt").read_text(), "h200-device") == 4
+    ranked = standings(world.conn, T0, FleetRules())
+    [real] = [s for s in ranked if s.node == "h200-device"]
+    assert real.uuid == "GPU-4a5a705c-5137-f0a6-2528-d4001638bb9f" and real.serial == "1654024031037"
+    assert real.score == 0 and not real.rma and ranked[0].node == "gpu01"
+    history = fleet.history(world.conn, real.uuid)
+    assert history is not None and [r["temperature"] for r in history.readings] == [37, 37, 37, 37]
+    assert "GPU-4a5a705c-5137-f0a6-2528-d4001638bb9f" in (recorded / "gpus.txt").read_text()
+    world.conn.close()
