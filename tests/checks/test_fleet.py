@@ -24,9 +24,9 @@ from reconciler.checks.gpu.xid import XidMemory
 from reconciler.checks.node import remembered
 from reconciler.checks.results import CheckResult
 from reconciler.cli.main import main
-from reconciler.facts.sections import Section
 from reconciler.daemon.status_page import load_snapshot, render
 from reconciler.daemon.store import Store
+from reconciler.facts.sections import Section
 from reconciler.model.fleet import FleetRules
 
 REPO = Path(__file__).resolve().parents[2]
