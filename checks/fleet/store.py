@@ -27,6 +27,9 @@ CREATE TABLE IF NOT EXISTS gpu_boot (id INTEGER PRIMARY KEY, boot TEXT NOT NULL 
 CREATE TABLE IF NOT EXISTS gpu_place (
     gpu INTEGER NOT NULL, since REAL NOT NULL, node TEXT NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (gpu, since)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gpu_driver (
+    gpu INTEGER NOT NULL, since REAL NOT NULL, driver TEXT NOT NULL, PRIMARY KEY (gpu, since)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gpu_reading (
     gpu INTEGER NOT NULL, at INTEGER NOT NULL, boot INTEGER, temperature INTEGER, ecc_volatile INTEGER,
     ecc_aggregate INTEGER, flags INTEGER NOT NULL, reasons INTEGER, nvlinks INTEGER, PRIMARY KEY (gpu, at)
@@ -65,10 +68,11 @@ def _boot_id(conn: sqlite3.Connection, boot: str | None, cache: dict[str, int]) 
 
 def _gpu_row(conn: sqlite3.Connection, reading: GpuReading) -> tuple[int, dict[str, Any] | None]:
     """The GPU's id and summary (None for a GPU never seen before: inserted now)."""
-    row = conn.execute("SELECT id, node, idx, pending_boot, pending_again FROM gpu WHERE uuid=?",
+    row = conn.execute("SELECT id, node, idx, pending_boot, pending_again, driver FROM gpu WHERE uuid=?",
                        (reading.uuid,)).fetchone()
     if row is not None:
-        return int(row[0]), {"node": row[1], "idx": row[2], "pending_boot": row[3], "pending_again": row[4]}
+        return int(row[0]), {"node": row[1], "idx": row[2], "pending_boot": row[3], "pending_again": row[4],
+                             "driver": row[5]}
     cur = conn.execute("INSERT INTO gpu (uuid, serial, name, node, idx, bus, driver, first_seen, last_seen) "
                        "VALUES (?,?,?,?,?,?,?,?,?)", (reading.uuid, reading.serial, reading.name, reading.node,
                                                       reading.index, reading.bus, reading.driver, reading.at,
@@ -89,6 +93,8 @@ def record(conn: sqlite3.Connection, readings: Iterable[GpuReading], xids: Itera
         boot = _boot_id(conn, r.boot, boots)
         if known is None or (known["node"], known["idx"]) != (r.node, r.index):
             conn.execute("INSERT OR REPLACE INTO gpu_place VALUES (?,?,?,?)", (gpu, r.at, r.node, r.index))
+        if known is None or known["driver"] != r.driver:
+            conn.execute("INSERT OR REPLACE INTO gpu_driver VALUES (?,?,?)", (gpu, r.at, r.driver))
         pending_boot, again = (known or {}).get("pending_boot"), (known or {}).get("pending_again")
         if r.flags & PENDING and boot is not None:
             if pending_boot is None:
@@ -165,6 +171,7 @@ class GpuHistory:
     node: str
     index: int
     places: list[Place]
+    drivers: list[tuple[float, str]]  # (since, driver version), oldest first
     readings: list[dict[str, Any]]
     xids: list[dict[str, Any]]
 
@@ -181,6 +188,8 @@ def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, lim
     gpu, full, serial, name, node, idx = rows[0]
     places = [Place(float(s), str(n), int(i)) for s, n, i in conn.execute(
         "SELECT since, node, idx FROM gpu_place WHERE gpu=? ORDER BY since", (gpu,))]
+    drivers = [(float(t), str(d)) for t, d in conn.execute(
+        "SELECT since, driver FROM gpu_driver WHERE gpu=? ORDER BY since", (gpu,))]
     low = int(since or 0)
     readings = [dict(zip(_READING, r, strict=True)) for r in conn.execute(
         "SELECT r.at, b.boot, r.temperature, r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks "
@@ -188,7 +197,8 @@ def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, lim
         "ORDER BY r.at DESC LIMIT ?", (gpu, low, limit))]
     xids = [{"at": a, "code": c, "count": n, "node": nd} for a, c, n, nd in conn.execute(
         "SELECT at, code, count, node FROM gpu_xid WHERE gpu=? AND at >= ? ORDER BY at", (gpu, low))]
-    return GpuHistory(str(full), serial, str(name), str(node), int(idx), places, list(reversed(readings)), xids)
+    return GpuHistory(str(full), serial, str(name), str(node), int(idx), places, drivers, list(reversed(readings)),
+                      xids)
 
 
 def save_rules(conn: sqlite3.Connection, rules: FleetRules) -> None:

@@ -49,6 +49,8 @@ def history_lines(found: Any, hits: list[Any]) -> list[str]:
         out.append(f"  RMA candidate: {hit.rule} since {_stamp(hit.since)}: {hit.detail}")
     out.append("  places:")
     out += [f"    since {_stamp(p.since)}: {p.node} gpu {p.index}" for p in found.places]
+    out.append("  drivers:")
+    out += [f"    since {_stamp(since)}: {driver}" for since, driver in found.drivers]
     out.append(f"  XIDs ({len(found.xids)}):")
     out += [f"    {_stamp(x['at'])} {x['node']}: XID {x['code']} x{x['count']}" for x in found.xids[-20:]]
     out.append(f"  readings ({len(found.readings)}, the last 20):")
@@ -98,7 +100,9 @@ def gpus(uuid: str | None, config_path: str | None, state_dir: str | None, node:
             if fmt == "json":
                 click.echo(json.dumps({"uuid": found.uuid, "serial": found.serial, "name": found.name,
                                        "node": found.node, "index": found.index,
-                                       "places": [p.__dict__ for p in found.places], "readings": found.readings,
+                                       "places": [p.__dict__ for p in found.places],
+                                       "drivers": [{"since": t, "driver": d} for t, d in found.drivers],
+                                       "readings": found.readings,
                                        "xids": found.xids, "rma": [h.__dict__ for h in hits]}, indent=1))
             else:
                 click.echo("\n".join(history_lines(found, hits)))

@@ -142,11 +142,14 @@ def test_a_gpu_moved_to_another_node_keeps_its_history(tmp_path: Path) -> None:
     moved = uuid_of(tmp_path, "gpu01", 0)
     world.check("gpu01", "ecc 0 2\n", T0)
     world.check("gpu01", "ecc 0 2\n", T0 + 3600)
+    (tmp_path / "no-driver").mkdir()
+    (tmp_path / "no-driver" / "VERSION").write_text("570.86.15\n")  # gpu02 runs an older driver stand-in
     world.check("gpu02", f"uuid 5 {moved} 9999000000005\necc 5 2\n", T0 + 2 * DAY)  # swapped into gpu02's slot 5
     history = fleet.history(world.conn, moved)
     assert history is not None and (history.node, history.index) == ("gpu02", 5)
     assert [(p.node, p.index) for p in history.places] == [("gpu01", 0), ("gpu02", 5)]
     assert [r["at"] for r in history.readings] == [T0, T0 + 3600, T0 + 2 * DAY]
+    assert history.drivers == [(T0, "580.159.04"), (T0 + 2 * DAY, "570.86.15")]  # each driver it ran, since when
     [standing] = [s for s in standings(world.conn, T0 + 2 * DAY, FleetRules()) if s.uuid == moved]
     assert standing.node == "gpu02" and [h.rule for h in standing.rma] == ["uncorrectable-ecc"]
     assert standing.rma[0].since == T0  # since it first met the rule, on its old node
