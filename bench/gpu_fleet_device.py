@@ -1,5 +1,5 @@
 """The GPU fleet's judge and recorder on a real GPU host (issue 48): run the node check's GPU probe (the exact
-script `python3 -m bench.gpu_probe_script` prints: tests/fixtures/gpu/probe.sh) RUNS times, judge each run with
+script `python3 -m bench.gpu_probe_script` prints, written to OUT_DIR/probe.sh) RUNS times, judge each run with
 the node check's own judge, record each GPU's reading in a store as the daemon does, and print `reconciler gpus`
 and the history of each GPU from that store.
 
@@ -18,14 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+from bench.gpu_probe_script import gpu_probe_script
 from reconciler.checks.fleet import store as fleet
 from reconciler.checks.fleet.readings import readings_from
 from reconciler.checks.gpu.xid import XidMemory
 from reconciler.checks.node import Probes, judge_gpu_health, remembered
 from reconciler.facts.sections import split_sections
 from reconciler.model import GpuExpectation
-
-PROBE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu" / "probe.sh"
 
 
 def runs_of(text: str) -> list[tuple[float, str]]:
@@ -59,10 +58,12 @@ def main() -> None:
     parser.add_argument("--node", default="device")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    probe = args.out / "probe.sh"
+    probe.write_text(gpu_probe_script())
     raw, judged = [], []
     for n in range(args.runs):
         at = time.time()
-        done = subprocess.run(["sh", str(PROBE)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(["sh", str(probe)], capture_output=True, text=True, timeout=120)
         output = done.stdout + done.stderr
         raw.append(f"@@at {at:.0f}\n{output}@@done {n + 1}\n")
         sections = split_sections(output)

@@ -25,7 +25,14 @@ from reconciler.checks.gpu.dcgm import dcgm_command
 from reconciler.checks.gpu.infiniband import ib_command
 from reconciler.checks.gpu.nhc import nhc_command
 from reconciler.checks.gpu.nvlink import nvlink_command
-from reconciler.checks.gpu.query import MINORS_COMMAND, QUERY_TIMEOUT, parse_minors, parse_query, query_command
+from reconciler.checks.gpu.query import (
+    MINORS_COMMAND,
+    QUERY_TIMEOUT,
+    ecc_command,
+    parse_minors,
+    parse_query,
+    query_command,
+)
 from reconciler.checks.gpu.xid import XidMemory, parse_xids, xid_command
 from reconciler.checks.items import Item, no_output, tail
 from reconciler.checks.results import CheckResult, utcnow
@@ -109,7 +116,7 @@ def probe_command(probes: Probes, manager: ServiceManager) -> str:
     """The one script that probes everything in PROBES on a node."""
     parts: list[tuple[str, str]] = [("hostname", "hostname")]
     if probes.gpu:
-        parts.append(("gpu", gpu_command()))
+        parts += [("gpu", gpu_command()), ("gpu.ecc", ecc_command())]
     if probes.xid:
         parts += [("gpu.minors", MINORS_COMMAND), ("gpu.xid", xid_command())]
     if probes.nvlink:

@@ -107,7 +107,8 @@ def rma_hits(conn: sqlite3.Connection, gpu: int, summary: sqlite3.Row | tuple[ob
 
 
 _SUMMARY = ("SELECT id, uuid, serial, name, node, idx, last_seen, flags, ecc_aggregate, ecc_volatile, pending_again, "
-            "temperature, reasons, nvlinks FROM gpu")
+            "temperature, reasons, nvlinks, sbe_aggregate FROM gpu")
+SBE_NOTED = 1000  # lifetime corrected ECC errors from which they are named (alone they are no RMA reason)
 
 
 def standings(conn: sqlite3.Connection, now: float, rules: FleetRules, *, node: str | None = None,
@@ -155,6 +156,10 @@ def _score(standing: Standing, row: tuple[object, ...], xids: dict[int, int], sl
     if volatile:
         standing.score += 20
         standing.why.append(f"{volatile} uncorrectable ECC error(s) since the last reset")
+    sbe = row[14]
+    if sbe is not None and int(str(sbe)) >= SBE_NOTED:
+        standing.score += 5
+        standing.why.append(f"{sbe} corrected ECC error(s) (lifetime)")
     for code, count in sorted(xids.items()):
         standing.score += 10 * count
         standing.why.append(f"XID {code} ({meaning(code)}) x{count}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.checks.gpu.nvlink import parse_nvlink
-from reconciler.checks.gpu.query import HW_SLOWDOWN, MISSING, GpuRow, normalize_bus, parse_query
+from reconciler.checks.gpu.query import HW_SLOWDOWN, MISSING, GpuRow, normalize_bus, parse_ecc, parse_query
 from reconciler.checks.gpu.xid import KernelLog, XidMemory, parse_xids
 from reconciler.facts.sections import Section
 
@@ -36,6 +36,8 @@ class GpuReading:
     temperature: float | None = None
     ecc_volatile: int | None = None  # uncorrectable ECC errors since the last reset
     ecc_aggregate: int | None = None  # uncorrectable ECC errors over the GPU's life
+    sbe_volatile: int | None = None  # corrected (single-bit) ECC errors since the last reset
+    sbe_aggregate: int | None = None  # corrected ECC errors over the GPU's life
     flags: int = 0
     reasons: int | None = None  # clock event (throttle) reason bits
     nvlinks: int | None = None  # active NVLink links
@@ -82,6 +84,8 @@ def readings_from(node: str, sections: dict[str, Section], at: float,
         return [], []
     query = parse_query(sec.output)
     links = parse_nvlink(sections["gpu.nvlink"].output) if "gpu.nvlink" in sections else {}
+    ecc = sections.get("gpu.ecc")
+    corrected = parse_ecc(ecc.output) if ecc is not None and ecc.rc == 0 else {}
     xid_sec = sections.get("gpu.xid")
     log = parse_xids(xid_sec.output) if xid_sec is not None and xid_sec.rc in (0, None) else None
     boot = log.boot if log is not None else (memory.boot if memory else None)
@@ -92,10 +96,13 @@ def readings_from(node: str, sections: dict[str, Section], at: float,
             continue
         by_bus[normalize_bus(row.bus_id)] = row
         gpu_links = links.get(row.index)
+        sbe_volatile, sbe_aggregate = corrected.get(row.uuid, (None, None))
         readings.append(GpuReading(
             uuid=row.uuid, serial=row.serial, name=row.name, node=node, index=row.index,
             bus=normalize_bus(row.bus_id), driver=row.driver, at=at, boot=boot, temperature=row.temperature,
-            ecc_volatile=row.ecc_volatile, ecc_aggregate=row.ecc_aggregate, flags=_flags(row), reasons=row.reasons,
+            ecc_volatile=row.ecc_volatile, ecc_aggregate=row.ecc_aggregate,
+            sbe_volatile=sbe_volatile, sbe_aggregate=sbe_aggregate,
+            flags=_flags(row), reasons=row.reasons,
             nvlinks=gpu_links.active if gpu_links is not None else None))
     return readings, _new_xids(node, log, memory, by_bus, at)
 

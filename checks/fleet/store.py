@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS gpu (
     node TEXT NOT NULL, idx INTEGER NOT NULL, bus TEXT NOT NULL DEFAULT '', driver TEXT NOT NULL DEFAULT '',
     first_seen REAL NOT NULL, last_seen REAL NOT NULL, boot INTEGER, temperature REAL, ecc_volatile INTEGER,
     ecc_aggregate INTEGER, flags INTEGER NOT NULL DEFAULT 0, reasons INTEGER, nvlinks INTEGER,
-    pending_boot INTEGER, pending_again REAL
+    pending_boot INTEGER, pending_again REAL, sbe_volatile INTEGER, sbe_aggregate INTEGER
 );
 CREATE TABLE IF NOT EXISTS gpu_boot (id INTEGER PRIMARY KEY, boot TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS gpu_place (
@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS gpu_driver (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gpu_reading (
     gpu INTEGER NOT NULL, at INTEGER NOT NULL, boot INTEGER, temperature INTEGER, ecc_volatile INTEGER,
-    ecc_aggregate INTEGER, flags INTEGER NOT NULL, reasons INTEGER, nvlinks INTEGER, PRIMARY KEY (gpu, at)
+    ecc_aggregate INTEGER, flags INTEGER NOT NULL, reasons INTEGER, nvlinks INTEGER, sbe_volatile INTEGER,
+    sbe_aggregate INTEGER, PRIMARY KEY (gpu, at)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gpu_xid (
     gpu INTEGER NOT NULL, at INTEGER NOT NULL, code INTEGER NOT NULL, count INTEGER NOT NULL, node TEXT NOT NULL,
@@ -103,12 +104,15 @@ def record(conn: sqlite3.Connection, readings: Iterable[GpuReading], xids: Itera
                 again = r.at  # still pending in another boot: a reset did not apply it
         conn.execute("UPDATE gpu SET serial=coalesce(?, serial), name=?, node=?, idx=?, bus=?, driver=?, "
                      "last_seen=max(last_seen, ?), boot=?, temperature=?, ecc_volatile=?, ecc_aggregate=?, flags=?, "
-                     "reasons=?, nvlinks=?, pending_boot=?, pending_again=? WHERE id=?",
+                     "reasons=?, nvlinks=?, pending_boot=?, pending_again=?, sbe_volatile=?, sbe_aggregate=? "
+                     "WHERE id=?",
                      (r.serial, r.name, r.node, r.index, r.bus, r.driver, r.at, boot, r.temperature,
-                      r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, pending_boot, again, gpu))
-        conn.execute("INSERT OR REPLACE INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?)",
+                      r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, pending_boot, again,
+                      r.sbe_volatile, r.sbe_aggregate, gpu))
+        conn.execute("INSERT OR REPLACE INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                      (gpu, int(r.at), boot, None if r.temperature is None else round(r.temperature),
-                      r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks))
+                      r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, r.sbe_volatile,
+                      r.sbe_aggregate))
         stored += 1
     for x in xids:
         known_id = (ids.get(x.uuid) or _known_id(conn, x.uuid)) if x.uuid else _at_bus(conn, x.node, x.bus)
@@ -176,7 +180,8 @@ class GpuHistory:
     xids: list[dict[str, Any]]
 
 
-_READING = ("at", "boot", "temperature", "ecc_volatile", "ecc_aggregate", "flags", "reasons", "nvlinks")
+_READING = ("at", "boot", "temperature", "ecc_volatile", "ecc_aggregate", "flags", "reasons", "nvlinks",
+            "sbe_volatile", "sbe_aggregate")
 
 
 def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, limit: int = 5000) -> GpuHistory | None:
@@ -192,7 +197,8 @@ def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, lim
         "SELECT since, driver FROM gpu_driver WHERE gpu=? ORDER BY since", (gpu,))]
     low = int(since or 0)
     readings = [dict(zip(_READING, r, strict=True)) for r in conn.execute(
-        "SELECT r.at, b.boot, r.temperature, r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks "
+        "SELECT r.at, b.boot, r.temperature, r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, "
+        "r.sbe_volatile, r.sbe_aggregate "
         "FROM gpu_reading r LEFT JOIN gpu_boot b ON b.id = r.boot WHERE r.gpu=? AND r.at >= ? "
         "ORDER BY r.at DESC LIMIT ?", (gpu, low, limit))]
     xids = [{"at": a, "code": c, "count": n, "node": nd} for a, c, n, nd in conn.execute(

@@ -199,3 +199,28 @@ def parse_minors(output: str) -> dict[str, int]:
             found[normalize_bus(parts[0])] = int(parts[1])
     return found
 
+
+
+# Corrected (single-bit) ECC counters, asked apart from the main query so that the recorded outputs of that query
+# stay what they are (a field added there would change its column list). By UUID: no index to mix up.
+ECC_FIELDS = ("uuid", "ecc.errors.corrected.volatile.total", "ecc.errors.corrected.aggregate.total")
+
+
+def ecc_command() -> str:
+    """Shell text: every GPU's corrected ECC counters, CSV without header or units."""
+    return _query(ECC_FIELDS)
+
+
+def parse_ecc(output: str) -> dict[str, tuple[int | None, int | None]]:
+    """UUID -> (corrected ECC errors since the last reset, over the GPU's life); None where not supported."""
+    found: dict[str, tuple[int | None, int | None]] = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(ECC_FIELDS) or not cells[0].startswith("GPU-"):
+            continue
+
+        def number(text: str) -> int | None:
+            return int(text) if text.isdigit() else None
+
+        found[cells[0]] = (number(cells[1]), number(cells[2]))
+    return found

@@ -57,7 +57,8 @@ def history_lines(found: Any, hits: list[Any]) -> list[str]:
     for r in found.readings[-20:]:
         flags = ",".join(n for b, n in FLAG_NAMES.items() if r["flags"] & b) or "-"
         out.append(f"    {_stamp(r['at'])} temp {r['temperature'] if r['temperature'] is not None else '-'} C, "
-                   f"ecc {r['ecc_volatile']}/{r['ecc_aggregate']} (since reset/lifetime), flags {flags}, "
+                   f"ecc {r['ecc_volatile']}/{r['ecc_aggregate']} uncorrected, "
+                   f"{r['sbe_volatile']}/{r['sbe_aggregate']} corrected (since reset/lifetime), flags {flags}, "
                    f"nvlinks {r['nvlinks'] if r['nvlinks'] is not None else '-'}")
     return out
 

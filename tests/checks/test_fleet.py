@@ -19,7 +19,7 @@ from reconciler.checks.fleet import store as fleet
 from reconciler.checks.fleet.bandwidth import slides
 from reconciler.checks.fleet.rank import standings
 from reconciler.checks.fleet.readings import REMAP_FAILURE, readings_from
-from reconciler.checks.gpu.query import FIELDS
+from reconciler.checks.gpu.query import ECC_FIELDS, FIELDS
 from reconciler.checks.gpu.xid import XidMemory
 from reconciler.checks.node import remembered
 from reconciler.checks.results import CheckResult
@@ -48,10 +48,12 @@ def probe(tmp: Path, host: str, faults: str, boot: str = "b0000000-0000-4000-800
                               env=env, timeout=30)
 
     query = run("nvidia-smi", f"--query-gpu={','.join(FIELDS['new'])}", "--format=csv,noheader,nounits")
+    corrected = run("nvidia-smi", f"--query-gpu={','.join(ECC_FIELDS)}", "--format=csv,noheader,nounits")
     links = run("nvidia-smi", "nvlink", "-s")
     kernel = run("dmesg")
     xids = "".join(line + "\n" for line in kernel.stdout.splitlines() if "NVRM: Xid" in line)
     return {"gpu": Section("gpu", "# fields: new\n" + query.stdout + query.stderr, query.returncode),
+            "gpu.ecc": Section("gpu.ecc", corrected.stdout + corrected.stderr, corrected.returncode),
             "gpu.nvlink": Section("gpu.nvlink", links.stdout, 0),
             "gpu.xid": Section("gpu.xid", f"boot {boot}\n" + xids, 0)}
 
@@ -158,7 +160,9 @@ def test_a_gpu_moved_to_another_node_keeps_its_history(tmp_path: Path) -> None:
 
 def test_a_remap_still_pending_after_a_reset_and_the_retention(tmp_path: Path) -> None:
     world = Fleet(tmp_path)
-    world.check("gpu01", "remap 4\n", T0, boot="b0000000-0000-4000-8000-00000000000a")
+    world.check("gpu01", "remap 4\nsbe 5 2000\n", T0, boot="b0000000-0000-4000-8000-00000000000a")
+    [noted] = [s for s in standings(world.conn, T0, FleetRules()) if s.index == 5]
+    assert noted.why == ["2000 corrected ECC error(s) (lifetime)"] and not noted.rma
     assert not [s for s in standings(world.conn, T0, FleetRules()) if s.rma]  # pending: a reset applies it
     world.check("gpu01", "remap 4\n", T0 + 3600, boot="b0000000-0000-4000-8000-00000000000b")
     [hit] = [s for s in standings(world.conn, T0 + 3600, FleetRules()) if s.rma]
@@ -204,9 +208,10 @@ def test_a_real_h200s_readings_join_the_history_like_any_nodes(tmp_path: Path) -
     assert import_probes(world.conn, (recorded / "probes.txt").read_text(), "h200-device") == 4
     ranked = standings(world.conn, T0, FleetRules())
     [real] = [s for s in ranked if s.node == "h200-device"]
-    assert real.uuid == "GPU-4a5a705c-5137-f0a6-2528-d4001638bb9f" and real.serial == "1654024031037"
+    assert real.uuid == "GPU-dd9680b4-dd3c-c101-1ef3-dd7830731300" and real.serial == "1653724024925"
     assert real.score == 0 and not real.rma and ranked[0].node == "gpu01"
     history = fleet.history(world.conn, real.uuid)
     assert history is not None and [r["temperature"] for r in history.readings] == [37, 37, 37, 37]
-    assert "GPU-4a5a705c-5137-f0a6-2528-d4001638bb9f" in (recorded / "gpus.txt").read_text()
+    assert [(r["sbe_volatile"], r["sbe_aggregate"]) for r in history.readings] == [(0, 0)] * 4  # real counters
+    assert "GPU-dd9680b4-dd3c-c101-1ef3-dd7830731300" in (recorded / "gpus.txt").read_text()
     world.conn.close()
