@@ -342,6 +342,19 @@ def _accounting(state: DesiredState) -> Iterator[Problem]:
                            f"account {name!r} is not an account here{near(name, accounts)}")
 
 
+def _fleet(state: DesiredState) -> Iterator[Problem]:
+    """An RMA rule counting an XID that a node check ignores (xid_ignore: never reported, never drained on)."""
+    ignored = {code: (index, check.name) for index, check in enumerate(state.checks.node) if check.gpus
+               for code in check.gpus.xid_ignore}
+    for index, rule in enumerate(state.checks.fleet.rma.xids):
+        for position, code in enumerate(rule.codes):
+            if code in ignored:
+                at, name = ignored[code]
+                yield (("checks", "fleet", "rma", "xids", index, "codes", position),
+                       f"XID {code} is in the xid_ignore of node check {name!r} (checks.node[{at}].gpus.xid_ignore): "
+                       "an XID never reported cannot make a GPU an RMA candidate; remove it from one of them")
+
+
 def cross_check(state: DesiredState) -> list[Problem]:
     """Return every cross-reference problem as (key path, message)."""
     roles: dict[str, set[str]] = {}
@@ -355,4 +368,4 @@ def cross_check(state: DesiredState) -> list[Problem]:
             *_accounting(state), *relations(state),
             *kernel_problems(state.kernel, roles, [item.path for item in state.files]),
             *upgrade_rules.problems(state, roles), *packagecheck.package_problems(state),
-            *packagecheck.upgrade_problems(state), *lockouts(state)]
+            *packagecheck.upgrade_problems(state), *lockouts(state), *_fleet(state)]

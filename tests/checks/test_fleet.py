@@ -215,3 +215,26 @@ def test_a_real_h200s_readings_join_the_history_like_any_nodes(tmp_path: Path) -
     assert [(r["sbe_volatile"], r["sbe_aggregate"]) for r in history.readings] == [(0, 0)] * 4  # real counters
     assert "GPU-dd9680b4-dd3c-c101-1ef3-dd7830731300" in (recorded / "gpus.txt").read_text()
     world.conn.close()
+
+
+def test_an_rma_rule_on_an_ignored_xid_is_refused_at_its_line(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    from reconciler.desired.loader import DesiredStateError, load_dir
+
+    state = tmp_path / "state"
+    shutil.copytree(REPO / "desired-state", state, ignore=shutil.ignore_patterns("examples", "README.md"))
+    checks = (state / "checks.yaml").read_text()
+    assert "      gpus:\n        count: 8\n        model: H200\n" in checks
+    checks = checks.replace("      gpus:\n        count: 8\n        model: H200\n",
+                            "      gpus:\n        count: 8\n        model: H200\n        xid_ignore: [13, 79]\n", 1)
+    (state / "checks.yaml").write_text(checks + "  fleet:\n    rma:\n      xids:\n"
+                                       "        - {name: fell-off, codes: [48, 79]}\n")
+    with pytest.raises(DesiredStateError) as caught:
+        load_dir(state)
+    lines = checks.count("\n") + 1
+    [error] = [str(e) for e in caught.value.errors]
+    assert error.startswith(f"checks.yaml:{lines + 3}:40: checks.fleet.rma.xids[0].codes[1]: XID 79 is in the "
+                            "xid_ignore of node check 'dgx-gpu-health'"), error
