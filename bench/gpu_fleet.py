@@ -67,8 +67,8 @@ def synthesise(conn: sqlite3.Connection, nodes: int, gpus: int, days: int, now: 
             flags = (REMAP_FAILURE if fault == "failure" and hour > 100 else 0) | \
                 (REMAP_PENDING if fault == "pending" else 0) | (HW_SLOW if rng.random() < 0.001 else 0)
             ecc = 2 if fault == "ecc" and hour > 200 else 0
-            batch.append((gid, at, 1, 30 + (gid + hour) % 25, ecc, ecc, flags, 1, 18, 0, 0))
-        conn.executemany("INSERT INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?,?,?)", batch)
+            batch.append((gid, at, 1, 30 + (gid + hour) % 25, ecc, ecc, flags, 1, 18, 0, 0, 0))
+        conn.executemany("INSERT INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", batch)
         rows += len(batch)
     conn.executemany("UPDATE gpu SET boot=1, temperature=40, ecc_volatile=?, ecc_aggregate=?, flags=?, nvlinks=18 "
                      "WHERE id=?", [(2 if f == "ecc" else 0, 2 if f == "ecc" else 0,

@@ -25,6 +25,7 @@ from reconciler.checks.gpu.dcgm import dcgm_command
 from reconciler.checks.gpu.infiniband import ib_command
 from reconciler.checks.gpu.nhc import nhc_command
 from reconciler.checks.gpu.nvlink import nvlink_command
+from reconciler.checks.gpu.pcie import PCIE_COMMAND
 from reconciler.checks.gpu.query import (
     MINORS_COMMAND,
     QUERY_TIMEOUT,
@@ -116,7 +117,7 @@ def probe_command(probes: Probes, manager: ServiceManager) -> str:
     """The one script that probes everything in PROBES on a node."""
     parts: list[tuple[str, str]] = [("hostname", "hostname")]
     if probes.gpu:
-        parts += [("gpu", gpu_command()), ("gpu.ecc", ecc_command())]
+        parts += [("gpu", gpu_command()), ("gpu.ecc", ecc_command()), ("gpu.pcie", PCIE_COMMAND)]
     if probes.xid:
         parts += [("gpu.minors", MINORS_COMMAND), ("gpu.xid", xid_command())]
     if probes.nvlink:

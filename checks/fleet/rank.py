@@ -107,8 +107,9 @@ def rma_hits(conn: sqlite3.Connection, gpu: int, summary: sqlite3.Row | tuple[ob
 
 
 _SUMMARY = ("SELECT id, uuid, serial, name, node, idx, last_seen, flags, ecc_aggregate, ecc_volatile, pending_again, "
-            "temperature, reasons, nvlinks, sbe_aggregate FROM gpu")
+            "temperature, reasons, nvlinks, sbe_aggregate, pcie_replays FROM gpu")
 SBE_NOTED = 1000  # lifetime corrected ECC errors from which they are named (alone they are no RMA reason)
+REPLAYS_NOTED = 100  # PCIe replays since the last reset from which the link is named (a marginal link)
 
 
 def standings(conn: sqlite3.Connection, now: float, rules: FleetRules, *, node: str | None = None,
@@ -160,6 +161,10 @@ def _score(standing: Standing, row: tuple[object, ...], xids: dict[int, int], sl
     if sbe is not None and int(str(sbe)) >= SBE_NOTED:
         standing.score += 5
         standing.why.append(f"{sbe} corrected ECC error(s) (lifetime)")
+    replays = row[15]
+    if replays is not None and int(str(replays)) >= REPLAYS_NOTED:
+        standing.score += 30
+        standing.why.append(f"{replays} PCIe replays since the last reset")
     for code, count in sorted(xids.items()):
         standing.score += 10 * count
         standing.why.append(f"XID {code} ({meaning(code)}) x{count}")

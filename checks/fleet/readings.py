@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.checks.gpu.nvlink import parse_nvlink
+from reconciler.checks.gpu.pcie import parse_replays
 from reconciler.checks.gpu.query import HW_SLOWDOWN, MISSING, GpuRow, normalize_bus, parse_ecc, parse_query
 from reconciler.checks.gpu.xid import KernelLog, XidMemory, parse_xids
 from reconciler.facts.sections import Section
@@ -38,6 +39,7 @@ class GpuReading:
     ecc_aggregate: int | None = None  # uncorrectable ECC errors over the GPU's life
     sbe_volatile: int | None = None  # corrected (single-bit) ECC errors since the last reset
     sbe_aggregate: int | None = None  # corrected ECC errors over the GPU's life
+    pcie_replays: int | None = None  # PCIe replays since the GPU's last reset
     flags: int = 0
     reasons: int | None = None  # clock event (throttle) reason bits
     nvlinks: int | None = None  # active NVLink links
@@ -86,6 +88,8 @@ def readings_from(node: str, sections: dict[str, Section], at: float,
     links = parse_nvlink(sections["gpu.nvlink"].output) if "gpu.nvlink" in sections else {}
     ecc = sections.get("gpu.ecc")
     corrected = parse_ecc(ecc.output) if ecc is not None and ecc.rc == 0 else {}
+    pcie = sections.get("gpu.pcie")
+    replays = parse_replays(pcie.output) if pcie is not None and pcie.rc == 0 else {}
     xid_sec = sections.get("gpu.xid")
     log = parse_xids(xid_sec.output) if xid_sec is not None and xid_sec.rc in (0, None) else None
     boot = log.boot if log is not None else (memory.boot if memory else None)
@@ -101,7 +105,7 @@ def readings_from(node: str, sections: dict[str, Section], at: float,
             uuid=row.uuid, serial=row.serial, name=row.name, node=node, index=row.index,
             bus=normalize_bus(row.bus_id), driver=row.driver, at=at, boot=boot, temperature=row.temperature,
             ecc_volatile=row.ecc_volatile, ecc_aggregate=row.ecc_aggregate,
-            sbe_volatile=sbe_volatile, sbe_aggregate=sbe_aggregate,
+            sbe_volatile=sbe_volatile, sbe_aggregate=sbe_aggregate, pcie_replays=replays.get(normalize_bus(row.bus_id)),
             flags=_flags(row), reasons=row.reasons,
             nvlinks=gpu_links.active if gpu_links is not None else None))
     return readings, _new_xids(node, log, memory, by_bus, at)

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS gpu (
     node TEXT NOT NULL, idx INTEGER NOT NULL, bus TEXT NOT NULL DEFAULT '', driver TEXT NOT NULL DEFAULT '',
     first_seen REAL NOT NULL, last_seen REAL NOT NULL, boot INTEGER, temperature REAL, ecc_volatile INTEGER,
     ecc_aggregate INTEGER, flags INTEGER NOT NULL DEFAULT 0, reasons INTEGER, nvlinks INTEGER,
-    pending_boot INTEGER, pending_again REAL, sbe_volatile INTEGER, sbe_aggregate INTEGER
+    pending_boot INTEGER, pending_again REAL, sbe_volatile INTEGER, sbe_aggregate INTEGER, pcie_replays INTEGER
 );
 CREATE TABLE IF NOT EXISTS gpu_boot (id INTEGER PRIMARY KEY, boot TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS gpu_place (
@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS gpu_driver (
 CREATE TABLE IF NOT EXISTS gpu_reading (
     gpu INTEGER NOT NULL, at INTEGER NOT NULL, boot INTEGER, temperature INTEGER, ecc_volatile INTEGER,
     ecc_aggregate INTEGER, flags INTEGER NOT NULL, reasons INTEGER, nvlinks INTEGER, sbe_volatile INTEGER,
-    sbe_aggregate INTEGER, PRIMARY KEY (gpu, at)
+    sbe_aggregate INTEGER, pcie_replays INTEGER, PRIMARY KEY (gpu, at)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gpu_xid (
     gpu INTEGER NOT NULL, at INTEGER NOT NULL, code INTEGER NOT NULL, count INTEGER NOT NULL, node TEXT NOT NULL,
@@ -104,15 +104,15 @@ def record(conn: sqlite3.Connection, readings: Iterable[GpuReading], xids: Itera
                 again = r.at  # still pending in another boot: a reset did not apply it
         conn.execute("UPDATE gpu SET serial=coalesce(?, serial), name=?, node=?, idx=?, bus=?, driver=?, "
                      "last_seen=max(last_seen, ?), boot=?, temperature=?, ecc_volatile=?, ecc_aggregate=?, flags=?, "
-                     "reasons=?, nvlinks=?, pending_boot=?, pending_again=?, sbe_volatile=?, sbe_aggregate=? "
-                     "WHERE id=?",
+                     "reasons=?, nvlinks=?, pending_boot=?, pending_again=?, sbe_volatile=?, sbe_aggregate=?, "
+                     "pcie_replays=? WHERE id=?",
                      (r.serial, r.name, r.node, r.index, r.bus, r.driver, r.at, boot, r.temperature,
                       r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, pending_boot, again,
-                      r.sbe_volatile, r.sbe_aggregate, gpu))
-        conn.execute("INSERT OR REPLACE INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                      r.sbe_volatile, r.sbe_aggregate, r.pcie_replays, gpu))
+        conn.execute("INSERT OR REPLACE INTO gpu_reading VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                      (gpu, int(r.at), boot, None if r.temperature is None else round(r.temperature),
                       r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, r.sbe_volatile,
-                      r.sbe_aggregate))
+                      r.sbe_aggregate, r.pcie_replays))
         stored += 1
     for x in xids:
         known_id = (ids.get(x.uuid) or _known_id(conn, x.uuid)) if x.uuid else _at_bus(conn, x.node, x.bus)
@@ -181,7 +181,7 @@ class GpuHistory:
 
 
 _READING = ("at", "boot", "temperature", "ecc_volatile", "ecc_aggregate", "flags", "reasons", "nvlinks",
-            "sbe_volatile", "sbe_aggregate")
+            "sbe_volatile", "sbe_aggregate", "pcie_replays")
 
 
 def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, limit: int = 5000) -> GpuHistory | None:
@@ -198,7 +198,7 @@ def history(conn: sqlite3.Connection, uuid: str, since: float | None = None, lim
     low = int(since or 0)
     readings = [dict(zip(_READING, r, strict=True)) for r in conn.execute(
         "SELECT r.at, b.boot, r.temperature, r.ecc_volatile, r.ecc_aggregate, r.flags, r.reasons, r.nvlinks, "
-        "r.sbe_volatile, r.sbe_aggregate "
+        "r.sbe_volatile, r.sbe_aggregate, r.pcie_replays "
         "FROM gpu_reading r LEFT JOIN gpu_boot b ON b.id = r.boot WHERE r.gpu=? AND r.at >= ? "
         "ORDER BY r.at DESC LIMIT ?", (gpu, low, limit))]
     xids = [{"at": a, "code": c, "count": n, "node": nd} for a, c, n, nd in conn.execute(

@@ -49,11 +49,13 @@ def probe(tmp: Path, host: str, faults: str, boot: str = "b0000000-0000-4000-800
 
     query = run("nvidia-smi", f"--query-gpu={','.join(FIELDS['new'])}", "--format=csv,noheader,nounits")
     corrected = run("nvidia-smi", f"--query-gpu={','.join(ECC_FIELDS)}", "--format=csv,noheader,nounits")
+    pcie = run("nvidia-smi", "-q")
     links = run("nvidia-smi", "nvlink", "-s")
     kernel = run("dmesg")
     xids = "".join(line + "\n" for line in kernel.stdout.splitlines() if "NVRM: Xid" in line)
     return {"gpu": Section("gpu", "# fields: new\n" + query.stdout + query.stderr, query.returncode),
             "gpu.ecc": Section("gpu.ecc", corrected.stdout + corrected.stderr, corrected.returncode),
+            "gpu.pcie": Section("gpu.pcie", pcie.stdout, pcie.returncode),
             "gpu.nvlink": Section("gpu.nvlink", links.stdout, 0),
             "gpu.xid": Section("gpu.xid", f"boot {boot}\n" + xids, 0)}
 
@@ -160,9 +162,14 @@ def test_a_gpu_moved_to_another_node_keeps_its_history(tmp_path: Path) -> None:
 
 def test_a_remap_still_pending_after_a_reset_and_the_retention(tmp_path: Path) -> None:
     world = Fleet(tmp_path)
-    world.check("gpu01", "remap 4\nsbe 5 2000\n", T0, boot="b0000000-0000-4000-8000-00000000000a")
-    [noted] = [s for s in standings(world.conn, T0, FleetRules()) if s.index == 5]
+    world.check("gpu01", "remap 4\nsbe 5 2000\npcie-replays 7 540\n", T0, boot="b0000000-0000-4000-8000-00000000000a")
+    ranked = standings(world.conn, T0, FleetRules())
+    [noted] = [s for s in ranked if s.index == 5]
     assert noted.why == ["2000 corrected ECC error(s) (lifetime)"] and not noted.rma
+    [marginal] = [s for s in ranked if s.index == 7]
+    assert marginal.why == ["540 PCIe replays since the last reset"] and not marginal.rma
+    quiet = fleet.history(world.conn, ranked[-1].uuid)
+    assert quiet is not None and quiet.readings[-1]["pcie_replays"] == 2  # the recorded H200's own count
     assert not [s for s in standings(world.conn, T0, FleetRules()) if s.rma]  # pending: a reset applies it
     world.check("gpu01", "remap 4\n", T0 + 3600, boot="b0000000-0000-4000-8000-00000000000b")
     [hit] = [s for s in standings(world.conn, T0 + 3600, FleetRules()) if s.rma]
@@ -238,3 +245,14 @@ def test_an_rma_rule_on_an_ignored_xid_is_refused_at_its_line(tmp_path: Path) ->
     [error] = [str(e) for e in caught.value.errors]
     assert error.startswith(f"checks.yaml:{lines + 3}:40: checks.fleet.rma.xids[0].codes[1]: XID 79 is in the "
                             "xid_ignore of node check 'dgx-gpu-health'"), error
+
+
+def test_pcie_replays_of_real_h200s() -> None:
+    from reconciler.checks.gpu.pcie import parse_replays
+
+    gpu = REPO / "tests" / "fixtures" / "gpu"
+    assert parse_replays((gpu / "h200-x1-2026-11-25" / "smi-q.txt").read_text()) == {"0000:00:06": 2}
+    assert parse_replays((gpu / "h200-x4-2026-11-26" / "smi-q.txt").read_text()) == {
+        "0000:00:06": 1, "0000:00:07": 0, "0000:00:08": 0, "0000:00:09": 0}
+    rolled = "GPU 00000000:3B:00.0\n        Replays Since Reset : 5\n        Replay Number Rollovers : 1\n"
+    assert parse_replays(rolled) == {"0000:3b:00": 5 + (1 << 32)}

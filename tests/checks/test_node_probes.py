@@ -76,7 +76,7 @@ def test_probe_command_has_one_section_per_probe() -> None:
                     images=["/shared/a.sqsh"])
     command = probe_command(probes, ServiceManager(type="supervisord"))
     names = [line.split()[2].rstrip("';") for line in command.splitlines() if line.startswith("echo '@@reconciler-begin")]
-    assert names == ["hostname", "gpu", "gpu.ecc", "mountinfo", "write.0", "write.1", "services", "image.0"]
+    assert names == ["hostname", "gpu", "gpu.ecc", "gpu.pcie", "mountinfo", "write.0", "write.1", "services", "image.0"]
     assert "sh '/scratch dir'" in command  # paths are quoted
     assert "supervisorctl status || true" in command
     assert "nvidia-smi --query-gpu=index,name,pci.bus_id," in command and "--format=csv,noheader,nounits" in command
