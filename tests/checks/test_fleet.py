@@ -215,12 +215,12 @@ def test_a_real_h200s_readings_join_the_history_like_any_nodes(tmp_path: Path) -
     assert import_probes(world.conn, (recorded / "probes.txt").read_text(), "h200-device") == 4
     ranked = standings(world.conn, T0, FleetRules())
     [real] = [s for s in ranked if s.node == "h200-device"]
-    assert real.uuid == "GPU-dd9680b4-dd3c-c101-1ef3-dd7830731300" and real.serial == "1653724024925"
+    assert real.uuid == "GPU-1c0e6660-2c3a-435c-cfa7-1f630c135749" and real.serial == "1653924042426"
     assert real.score == 0 and not real.rma and ranked[0].node == "gpu01"
     history = fleet.history(world.conn, real.uuid)
-    assert history is not None and [r["temperature"] for r in history.readings] == [37, 37, 37, 37]
-    assert [(r["sbe_volatile"], r["sbe_aggregate"]) for r in history.readings] == [(0, 0)] * 4  # real counters
-    assert "GPU-dd9680b4-dd3c-c101-1ef3-dd7830731300" in (recorded / "gpus.txt").read_text()
+    assert history is not None and [r["temperature"] for r in history.readings] == [37, 37, 37, 37]  # real values
+    assert [(r["sbe_volatile"], r["sbe_aggregate"], r["pcie_replays"]) for r in history.readings] == [(0, 0, 0)] * 4
+    assert "GPU-1c0e6660-2c3a-435c-cfa7-1f630c135749" in (recorded / "gpus.txt").read_text()
     world.conn.close()
 
 
