@@ -94,15 +94,17 @@ def plain_peer(path: Path, conn: sqlite3.Connection) -> dict[str, float]:
     peer = sqlite3.connect(path)
     peer.execute("CREATE TABLE reading (id INTEGER PRIMARY KEY, uuid TEXT, node TEXT, idx INTEGER, at REAL, "
                  "temperature REAL, ecc_volatile INTEGER, ecc_aggregate INTEGER, retired_pending INTEGER, "
-                 "remap_pending INTEGER, remap_failure INTEGER, reasons INTEGER, nvlinks INTEGER, driver TEXT)")
+                 "remap_pending INTEGER, remap_failure INTEGER, reasons INTEGER, nvlinks INTEGER, "
+                 "sbe_volatile INTEGER, sbe_aggregate INTEGER, pcie_replays INTEGER, driver TEXT)")
     peer.execute("CREATE INDEX reading_by_uuid ON reading (uuid, at)")
     cursor = conn.execute("SELECT g.uuid, g.node, g.idx, r.at, r.temperature, r.ecc_volatile, r.ecc_aggregate, "
-                          "r.flags & 1, r.flags & 2, r.flags & 4, r.reasons, r.nvlinks, g.driver FROM gpu_reading r "
+                          "r.flags & 1, r.flags & 2, r.flags & 4, r.reasons, r.nvlinks, r.sbe_volatile, "
+                          "r.sbe_aggregate, r.pcie_replays, g.driver FROM gpu_reading r "
                           "JOIN gpu g ON g.id = r.gpu")
     while batch := cursor.fetchmany(100_000):
         peer.executemany("INSERT INTO reading (uuid, node, idx, at, temperature, ecc_volatile, ecc_aggregate, "
-                         "retired_pending, remap_pending, remap_failure, reasons, nvlinks, driver) "
-                         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", batch)
+                         "retired_pending, remap_pending, remap_failure, reasons, nvlinks, sbe_volatile, "
+                         "sbe_aggregate, pcie_replays, driver) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", batch)
     peer.commit()
     started = time.perf_counter()
     peer.execute("SELECT uuid, MAX(at), MAX(ecc_aggregate), MAX(remap_failure), MAX(remap_pending) FROM reading "
