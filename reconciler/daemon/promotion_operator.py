@@ -40,16 +40,20 @@ def update(path: Path, change: Callable[[dict[str, Any], dict[str, Any]], Any]) 
     the row and the store's meta values it is checked against (cluster, applied commit, applied log)."""
     conn = connect(path)
     try:
+        # Most calls (the gate's, each cycle) change nothing: a read without the write lock answers them, and only
+        # a change is made again inside BEGIN IMMEDIATE, on the row as it then stands. CHANGE must be pure.
+        conn.execute("BEGIN")
+        try:
+            result, changed = _apply(conn, change)
+        finally:
+            conn.execute("ROLLBACK")
+        if changed is None:
+            return result
         conn.execute("BEGIN IMMEDIATE")
         try:
-            keys = (KEY, CLUSTER_KEY, "applied_commit", APPLIED_LOG_KEY, HA_KEY)
-            rows = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(keys))})",
-                                     keys))
-            row = json.loads(rows[KEY]) if rows.get(KEY) else {}
-            meta = {k: json.loads(rows[k]) if rows.get(k) else None for k in keys[1:]}
-            result = change(row, meta)
-            if json.dumps(row) != rows.get(KEY, "{}"):
-                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (KEY, json.dumps(row)))
+            result, changed = _apply(conn, change)
+            if changed is not None:
+                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (KEY, json.dumps(changed)))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -57,6 +61,16 @@ def update(path: Path, change: Callable[[dict[str, Any], dict[str, Any]], Any]) 
         return result
     finally:
         conn.close()
+
+
+def _apply(conn: Any, change: Callable[[dict[str, Any], dict[str, Any]], Any]) -> tuple[Any, dict[str, Any] | None]:
+    """CHANGE's result on the row read through CONN, and the changed row (None when CHANGE left it as it was)."""
+    keys = (KEY, CLUSTER_KEY, "applied_commit", APPLIED_LOG_KEY, HA_KEY)
+    rows = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(keys))})", keys))
+    row = json.loads(rows[KEY]) if rows.get(KEY) else {}
+    meta = {k: json.loads(rows[k]) if rows.get(k) else None for k in keys[1:]}
+    result = change(row, meta)
+    return result, (row if json.dumps(row) != rows.get(KEY, "{}") else None)
 
 
 def request(op: str, commit: str | None, who: str, reason: str, at: float | None = None) -> dict[str, Any]:

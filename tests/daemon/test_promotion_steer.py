@@ -226,6 +226,42 @@ def test_the_standby_of_a_pair_refuses_promotion_commands(tmp_path: Path) -> Non
     store.close()
 
 
+def test_the_gate_reads_the_row_without_the_write_lock_and_a_change_takes_it(tmp_path: Path) -> None:
+    """While another writer holds the database (a check's results, the CLI), the gate's read of the row (each
+    cycle) answers at once; a change waits for the lock and is made on the row as it stands then."""
+    import sqlite3
+    import threading
+
+    from reconciler.daemon.promotion_http import CLUSTER_KEY
+    from reconciler.daemon.promotion_operator import give, request, update
+    from reconciler.daemon.store import Store
+
+    store = Store(tmp_path / "state.db")
+    store.set(CLUSTER_KEY, "production")
+    give(store.path, request("approve", "a" * 40, "alice", "ok"), "production")
+    writer = sqlite3.connect(str(store.path), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    assert set(update(store.path, lambda row, _: list(row.get("approvals") or {}))) == {"a" * 40}
+    assert read(store.path)["approvals"]["a" * 40]["who"] == "alice"
+    assert time.monotonic() - started < 5  # before this, each read waited for the writer (30 s, then failed)
+    done: list[str] = []
+    thread = threading.Thread(target=lambda: done.append(give(store.path, request("hold", None, "bob", "x"),
+                                                              "production")))
+    thread.start()
+    time.sleep(0.5)
+    assert not done  # the change waits for the lock
+    writer.execute("INSERT OR REPLACE INTO meta VALUES ('promotion_operator', ?)",
+                   ('{"approvals": {}, "history": []}',))
+    writer.execute("COMMIT")
+    thread.join(10)
+    assert done and done[0].startswith("held:")
+    row = read(store.path)
+    assert row["hold"]["who"] == "bob" and row["approvals"] == {}  # made on the row the other writer left
+    writer.close()
+    store.close()
+
+
 def test_a_hold_outlives_a_takeover_in_a_pair(tmp_path: Path) -> None:
     """The leader's promotion gate copies the operator's row beside the lease (the real lease script, run by a
     local shell); the successor adopts it when it takes over."""
