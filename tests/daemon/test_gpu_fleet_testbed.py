@@ -54,7 +54,14 @@ def gpus(daemon: DaemonProcess, *args: str) -> str:
 
 
 def fleet(daemon: DaemonProcess) -> list[dict[str, Any]]:
-    return list(json.loads(gpus(daemon, "--format", "json")))
+    """`reconciler gpus --format json`, run in this process (wait_for polls it; gpus() runs the command)."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import main
+
+    out = CliRunner().invoke(main, ["gpus", "--format", "json", "--state-dir", str(daemon.state_dir)])
+    assert out.exit_code == 0, out.output
+    return list(json.loads(out.output))
 
 
 def nccl_runs(daemon: DaemonProcess, node: str) -> int:
@@ -97,9 +104,12 @@ def test_three_rma_candidates_a_sliding_node_and_a_moved_gpu(dbed: DaemonBed, tm
         rows = table.splitlines()[1:]
         assert len(rows) == 3 and all(" RMA " in row and " since " in row for row in rows), table
 
-        metrics = scrape(daemon)
-        rma = sorted(line for line in metrics.splitlines() if line.startswith("reconciler_gpu_rma_candidate{"))
-        assert len(rma) == 3 and all('node="gpu01"' in line for line in rma), rma
+        # the gauges are set once the check's readings are stored and ranked (loop_checks._fleet), a moment after
+        # `reconciler gpus`, which ranks the store itself, shows the candidates
+        rma = daemon.wait_for("three RMA candidate series", lambda: len(r := sorted(
+            line for line in scrape(daemon).splitlines() if line.startswith("reconciler_gpu_rma_candidate{"))) == 3
+            and r, timeout=30)
+        assert all('node="gpu01"' in line for line in rma), rma
         message = daemon.wait_for("the RMA message", lambda: [m for m in receiver.on("ops")
                                                               if "RMA candidate" in m.get("title", "")], timeout=60)
         body = "\n".join(m["message"] for m in message)

@@ -284,7 +284,9 @@ def test_approval_hotfix_going_back_and_the_hold_after_a_rollback(clusters: dict
         promote_cli(production, "hotfix", fix, "--cluster", "production", "--reason", "jobs hit MaxTime")
         production.wait_applied(fix, timeout=300)
         assert started_at(production, "hotfix") is not None
-        shown = production.status()["promotion_operator"]
+        # the hotfix is recorded done just after applied_commit is written (Promotion.applied): wait for it
+        shown = production.wait_for("the hotfix recorded", lambda: (s := production.status()["promotion_operator"])
+                                    .get("hotfixes") and s, timeout=30)
         assert shown["hotfixes"][0]["commit"] == fix and shown["hotfixes"][0]["reason"] == "jobs hit MaxTime"
         assert f"hotfix: {fix[:12]} applied at" in status_text(production)
         production.wait_for("the hotfix message", lambda: said(f"hotfix {fix[:12]} applied"), timeout=30)
