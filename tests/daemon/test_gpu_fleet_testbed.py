@@ -61,7 +61,7 @@ def fleet(daemon: DaemonProcess) -> list[dict[str, Any]]:
 
     out = CliRunner().invoke(main, ["gpus", "--format", "json", "--state-dir", str(daemon.state_dir)])
     assert out.exit_code == 0, out.output
-    return list(json.loads(out.output))
+    return list(json.loads(out.stdout))
 
 
 def nccl_runs(daemon: DaemonProcess, node: str) -> int:
