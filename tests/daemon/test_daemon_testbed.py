@@ -69,7 +69,10 @@ def test_first_start_configures_cluster_and_commit_latency(dbed: DaemonBed) -> N
         daemon.wait_for("partition in sinfo", lambda: "interactive" in partitions(dbed), timeout=60)
         latency = time.monotonic() - committed
         print(f"\ncommit-to-applied latency (poll 2s, 2 compute nodes): {latency:.2f}s")
-        run = daemon.wait_applied(head)["last_run"]
+        daemon.wait_applied(head)
+        # the run's end is written just after applied_commit (loop.py: mark_applied, then _record_end)
+        run = daemon.wait_for("the run's end", lambda: (r := daemon.status()["last_run"]) and r["commit"] == head
+                              and r["ended"] is not None and r, timeout=30)
         assert run["outcome"] == "applied" and run["trigger"] == "poll"
         apply_seconds = run["ended"] - run["started"]
         assert latency <= 2.0 + apply_seconds + 3.0, (latency, apply_seconds)
