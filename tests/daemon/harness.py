@@ -91,6 +91,12 @@ class DaemonProcess:
                     out.append(json.loads(line))
         return out
 
+    def runs_ended(self, trigger: str | None = None) -> list[dict[str, Any]]:
+        """The run.end events whose run.start had this trigger (all when None), oldest first."""
+        events = self.events()
+        starts = {e["run_id"]: e["trigger"] for e in events if e["event"] == "run.start"}
+        return [e for e in events if e["event"] == "run.end" and (trigger is None or starts.get(e["run_id"]) == trigger)]
+
     def status(self) -> dict[str, Any]:
         """What `reconciler status --format json` prints (an empty status before the daemon created its database).
 

@@ -31,13 +31,6 @@ def fact_agents(d: DaemonBed, node: str) -> set[str]:
     return set(out.split())
 
 
-def runs_ended(daemon: DaemonProcess, trigger: str | None = None) -> list[dict[str, object]]:
-    """The run.end events whose run.start had this trigger (all when None)."""
-    events = daemon.events()
-    starts = {e["run_id"]: e["trigger"] for e in events if e["event"] == "run.start"}
-    return [e for e in events if e["event"] == "run.end" and (trigger is None or starts.get(e["run_id"]) == trigger)]
-
-
 def connects(daemon: DaemonProcess) -> float:
     """reconciler_ssh_connects_total from the daemon's /metrics."""
     found = re.search(r"^reconciler_ssh_connects_total (\S+)$", scrape(daemon), re.M)
@@ -52,24 +45,24 @@ def test_steady_state_drift_checks_open_no_connection_and_reconnect_after_a_kill
     daemon = dbed.daemon(drift_interval="2s", poll_interval="1s")
     try:
         daemon.wait_applied(dbed.remote.head())
-        daemon.wait_for("a drift check", lambda: runs_ended(daemon, "drift-check"), timeout=30)
+        daemon.wait_for("a drift check", lambda: daemon.runs_ended("drift-check"), timeout=30)
         before = {node: ssh_peers(dbed, node) for node in NODES}
         assert all(len(peers) == 1 for peers in before.values()), before
         agents = {node: fact_agents(dbed, node) for node in NODES}
         assert all(len(pids) == 1 for pids in agents.values()), agents
         counted = connects(daemon)
-        seen = len(runs_ended(daemon, "drift-check"))
-        daemon.wait_for("three more drift checks", lambda: len(runs_ended(daemon, "drift-check")) >= seen + 3,
+        seen = len(daemon.runs_ended("drift-check"))
+        daemon.wait_for("three more drift checks", lambda: len(daemon.runs_ended("drift-check")) >= seen + 3,
                         timeout=30)
         assert {node: ssh_peers(dbed, node) for node in NODES} == before
         assert {node: fact_agents(dbed, node) for node in NODES} == agents
         assert connects(daemon) == counted
-        assert all(e["outcome"] == "in-sync" for e in runs_ended(daemon, "drift-check")[seen:])
+        assert all(e["outcome"] == "in-sync" for e in daemon.runs_ended("drift-check")[seen:])
 
         dbed.bed.exec("gpu01", "ss -K -tn state established '( sport = :22 )' >/dev/null")
-        killed_at = len(runs_ended(daemon))
-        daemon.wait_for("the next cycle", lambda: len(runs_ended(daemon)) >= killed_at + 1, timeout=30)
-        assert runs_ended(daemon)[killed_at]["outcome"] == "in-sync", daemon.log_tail()
+        killed_at = len(daemon.runs_ended())
+        daemon.wait_for("the next cycle", lambda: len(daemon.runs_ended()) >= killed_at + 1, timeout=30)
+        assert daemon.runs_ended()[killed_at]["outcome"] == "in-sync", daemon.log_tail()
         after = {node: ssh_peers(dbed, node) for node in NODES}
         assert after["gpu01"] != before["gpu01"] and len(after["gpu01"]) == 1
         assert after["ctl"] == before["ctl"] and after["gpu02"] == before["gpu02"]

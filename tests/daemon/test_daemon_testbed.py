@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -139,12 +138,6 @@ def test_force_push_is_followed(dbed: DaemonBed) -> None:
         daemon.stop()
 
 
-def start_run_outcome(events: list[dict[str, Any]]) -> str | None:
-    """The outcome of the run this daemon started with, once it has ended."""
-    started = {e["run_id"] for e in events if e["event"] == "run.start" and e.get("trigger") == "start"}
-    return next((e["outcome"] for e in events if e["event"] == "run.end" and e.get("run_id") in started), None)
-
-
 def test_report_mode_leaves_hand_edit_enforce_heals_it(dbed: DaemonBed) -> None:
     """report: a hand edit is reported and left in place; enforce: healed within the drift interval."""
     target = "/etc/slurm/prolog.sh"
@@ -167,7 +160,7 @@ def test_report_mode_leaves_hand_edit_enforce_heals_it(dbed: DaemonBed) -> None:
         enforcer.wait_for("healed at start", lambda: dbed.bed.exec("gpu01", f"cat {target}").stdout == original,
                           timeout=30)
         # read from the journal, not status()["last_run"]: a drift check 3 s later replaces last_run
-        enforcer.wait_for("start run applied", lambda: start_run_outcome(enforcer.events()) == "applied", timeout=30)
+        enforcer.wait_for("start run applied", lambda: [e["outcome"] for e in enforcer.runs_ended("start")] == ["applied"], timeout=30)
         dbed.bed.exec("gpu02", f"echo 'echo another hand edit' >> {target}")
         edited = time.monotonic()
         enforcer.wait_for("healed", lambda: dbed.bed.exec("gpu02", f"cat {target}").stdout == original, timeout=30)

@@ -146,7 +146,7 @@ def test_failed_rollback_is_reported_and_a_repaired_node_no_longer_shows_failed(
         why = status["rolled_back"][target]
         assert why["status"] == "rollback-failed" and why["errors"] == errors, why
         # the run's end from the journal: a drift check (every 2 s here) may already have replaced status's last_run
-        ends = [e for e in daemon.events() if e["event"] == "run.end" and e.get("outcome") == "failed"]
+        ends = [e for e in daemon.runs_ended() if e.get("outcome") == "failed"]
         assert any("rollback failed: gpu01: " in (e.get("error") or "") for e in ends), ends
         text = cli("status", "--state-dir", str(state_dir)).stdout
         assert f"last rollout:   {target[:12]} rollback-failed: " in text, text
