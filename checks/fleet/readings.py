@@ -98,14 +98,15 @@ def readings_from(node: str, sections: dict[str, Section], at: float,
     for row in query.rows:
         if not row.uuid:
             continue
-        by_bus[normalize_bus(row.bus_id)] = row
+        bus = normalize_bus(row.bus_id)
+        by_bus[bus] = row
         gpu_links = links.get(row.index)
         sbe_volatile, sbe_aggregate = corrected.get(row.uuid, (None, None))
         readings.append(GpuReading(
             uuid=row.uuid, serial=row.serial, name=row.name, node=node, index=row.index,
-            bus=normalize_bus(row.bus_id), driver=row.driver, at=at, boot=boot, temperature=row.temperature,
+            bus=bus, driver=row.driver, at=at, boot=boot, temperature=row.temperature,
             ecc_volatile=row.ecc_volatile, ecc_aggregate=row.ecc_aggregate,
-            sbe_volatile=sbe_volatile, sbe_aggregate=sbe_aggregate, pcie_replays=replays.get(normalize_bus(row.bus_id)),
+            sbe_volatile=sbe_volatile, sbe_aggregate=sbe_aggregate, pcie_replays=replays.get(bus),
             flags=_flags(row), reasons=row.reasons,
             nvlinks=gpu_links.active if gpu_links is not None else None))
     return readings, _new_xids(node, log, memory, by_bus, at)

@@ -14,6 +14,7 @@ A request: {"op", "commit", "who", "reason", "at"}.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,7 +64,8 @@ def update(path: Path, change: Callable[[dict[str, Any], dict[str, Any]], Any]) 
         conn.close()
 
 
-def _apply(conn: Any, change: Callable[[dict[str, Any], dict[str, Any]], Any]) -> tuple[Any, dict[str, Any] | None]:
+def _apply(conn: sqlite3.Connection,
+           change: Callable[[dict[str, Any], dict[str, Any]], Any]) -> tuple[Any, dict[str, Any] | None]:
     """CHANGE's result on the row read through CONN, and the changed row (None when CHANGE left it as it was)."""
     keys = (KEY, CLUSTER_KEY, "applied_commit", APPLIED_LOG_KEY, HA_KEY)
     rows = dict(conn.execute(f"SELECT key, value FROM meta WHERE key IN ({', '.join('?' * len(keys))})", keys))
