@@ -4,7 +4,6 @@ the alert, all read from check results in a real SQLite state database."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +16,13 @@ from reconciler.checks.results import CheckResult
 from reconciler.daemon.metrics import Metrics, gpu_faults
 from reconciler.daemon.status_page import Snapshot, load_snapshot, render
 from reconciler.daemon.store import Store
-from tests.daemon.test_monitoring import ALERTS, DASHBOARD, PROMTOOL, alert_rules, needs_promtool
+from tests.daemon.test_monitoring import (
+    ALERTS,
+    DASHBOARD,
+    alert_rules,
+    assert_promtool_tests_pass,
+    needs_promtool,
+)
 from tests.daemon.test_status_page import ALLOWED_TAGS, parse
 
 START = datetime(2027, 3, 1, 8, 0, tzinfo=UTC)
@@ -194,9 +199,5 @@ tests:
 
 @needs_promtool
 def test_promtool_gpu_fault_alert_fires_after_5m_and_clears(tmp_path: Path) -> None:
-    assert PROMTOOL is not None
     description = next(r for r in alert_rules() if r["alert"] == "ReconcilerGpuFault")["annotations"]["description"]
-    tests = tmp_path / "gpu_fault.test.yaml"
-    tests.write_text(UNIT_TESTS.format(rules=json.dumps(str(ALERTS)), description=description.replace('"', '\\"')))
-    out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    assert_promtool_tests_pass(tmp_path / "gpu_fault.test.yaml", UNIT_TESTS.format(rules=json.dumps(str(ALERTS)), description=description.replace('"', '\\"')))

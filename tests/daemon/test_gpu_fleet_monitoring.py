@@ -4,10 +4,15 @@ and `reconciler_gpu_health_score{node,gpu}`; the alert through `promtool test ru
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from tests.daemon.test_monitoring import ALERTS, DASHBOARD, PROMTOOL, alert_rules, needs_promtool
+from tests.daemon.test_monitoring import (
+    ALERTS,
+    DASHBOARD,
+    alert_rules,
+    assert_promtool_tests_pass,
+    needs_promtool,
+)
 
 RMA_PANEL_EXPR = 'max by (node, gpu, uuid, rule) (reconciler_gpu_rma_candidate{job=~"$job"}) == 1'
 SCORE_PANEL_EXPR = 'topk(20, max by (node, gpu) (reconciler_gpu_health_score{job=~"$job"}))'
@@ -112,11 +117,8 @@ tests:
 
 @needs_promtool
 def test_promtool_gpu_rma_alert_fires_after_1m_and_clears(tmp_path: Path) -> None:
-    assert PROMTOOL is not None
     rule = next(r for r in alert_rules() if r["alert"] == "ReconcilerGpuRmaCandidate")
     description = rule["annotations"]["description"]
-    tests = tmp_path / "gpu_rma.test.yaml"
-    tests.write_text(UNIT_TESTS.format(rules=json.dumps(str(ALERTS)), uuid_a=UUID_A, uuid_b=UUID_B,
-                                       description=description.replace("\\", "\\\\").replace('"', '\\"')))
-    out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    text = UNIT_TESTS.format(rules=json.dumps(str(ALERTS)), uuid_a=UUID_A, uuid_b=UUID_B,
+                             description=description.replace("\\", "\\\\").replace('"', '\\"'))
+    assert_promtool_tests_pass(tmp_path / "gpu_rma.test.yaml", text)

@@ -115,6 +115,14 @@ def test_alert_rules_are_complete_and_use_exported_metrics() -> None:
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (Debian's prometheus package)")
 
 
+def assert_promtool_tests_pass(path: Path, text: str) -> None:
+    """Write TEXT (a `promtool test rules` file) to PATH and check that promtool says SUCCESS."""
+    assert PROMTOOL is not None
+    path.write_text(text)
+    out = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 @needs_promtool
 def test_promtool_check_rules() -> None:
     assert PROMTOOL is not None
@@ -200,8 +208,4 @@ tests:
 @needs_promtool
 def test_promtool_unit_tests_fire_and_stay_quiet(tmp_path: Path) -> None:
     """Each alert fires after its `for` on series that break it, not before, and not on healthy series."""
-    assert PROMTOOL is not None
-    tests = tmp_path / "alerts.test.yaml"
-    tests.write_text(UNIT_TESTS.format(rules=json.dumps(str(ALERTS))))
-    out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    assert_promtool_tests_pass(tmp_path / "alerts.test.yaml", UNIT_TESTS.format(rules=json.dumps(str(ALERTS))))

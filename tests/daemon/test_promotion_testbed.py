@@ -88,6 +88,21 @@ def clusters(testbed_factory: Callable[..., Testbed]) -> dict[str, Testbed]:
     return {"staging": testbed_factory(nodes=2, bare=True), "production": testbed_factory(nodes=2, bare=True)}
 
 
+def start_daemon(tmp_path: Path, remote: GitRemote, name: str, listen: str, started: list[DaemonProcess],
+                 **extra: Any) -> DaemonProcess:
+    """An enforce-mode daemon of cluster NAME on REMOTE's main, its state and log under TMP_PATH, added to
+    STARTED (stopped by the test's finally)."""
+    values: dict[str, Any] = {"repository": {"url": str(remote.bare), "branch": "main"}, "mode": "enforce",
+                              "poll_interval": "1s", "drift_interval": "10m",
+                              "state_dir": str(tmp_path / f"state-{name}"), "metrics_listen": listen,
+                              "log_format": "json", "retry": {"initial": "2s", "max": "10s"}, "cluster": name,
+                              **extra}
+    path = write_config(tmp_path / f"{name}.yaml", **values)
+    process = DaemonProcess(config=path, state_dir=Path(values["state_dir"]), log_path=tmp_path / f"{name}.log").start()
+    started.append(process)
+    return process
+
+
 def test_staging_first_production_after_the_soak_and_never_a_rolled_back_commit(
         clusters: dict[str, Testbed], tmp_path: Path) -> None:
     repo = write_repo(tmp_path, clusters)
@@ -99,16 +114,7 @@ def test_staging_first_production_after_the_soak_and_never_a_rolled_back_commit(
     started: list[DaemonProcess] = []
 
     def daemon(name: str, **extra: Any) -> DaemonProcess:
-        values: dict[str, Any] = {"repository": {"url": str(remote.bare), "branch": "main"}, "mode": "enforce",
-                                  "poll_interval": "1s", "drift_interval": "10m",
-                                  "state_dir": str(tmp_path / f"state-{name}"), "metrics_listen": listen[name],
-                                  "log_format": "json", "retry": {"initial": "2s", "max": "10s"}, "cluster": name,
-                                  **extra}
-        path = write_config(tmp_path / f"{name}.yaml", **values)
-        process = DaemonProcess(config=path, state_dir=Path(values["state_dir"]),
-                                log_path=tmp_path / f"{name}.log").start()
-        started.append(process)
-        return process
+        return start_daemon(tmp_path, remote, name, listen[name], started, **extra)
 
     def prolog_on(name: str) -> str:
         return clusters[name].run("gpu01", "cat /etc/slurm/prolog.sh 2>/dev/null", timeout=60).stdout
@@ -233,16 +239,7 @@ def test_approval_hotfix_going_back_and_the_hold_after_a_rollback(clusters: dict
     started: list[DaemonProcess] = []
 
     def daemon(name: str, **extra: Any) -> DaemonProcess:
-        values: dict[str, Any] = {"repository": {"url": str(remote.bare), "branch": "main"}, "mode": "enforce",
-                                  "poll_interval": "1s", "drift_interval": "10m",
-                                  "state_dir": str(tmp_path / f"state-{name}"), "metrics_listen": listen[name],
-                                  "log_format": "json", "retry": {"initial": "2s", "max": "10s"}, "cluster": name,
-                                  **extra}
-        path = write_config(tmp_path / f"{name}.yaml", **values)
-        process = DaemonProcess(config=path, state_dir=Path(values["state_dir"]),
-                                log_path=tmp_path / f"{name}.log").start()
-        started.append(process)
-        return process
+        return start_daemon(tmp_path, remote, name, listen[name], started, **extra)
 
     def said(title: str) -> list[dict[str, Any]]:
         return [m for m in receiver.on("prod") if title in m.get("title", "")]

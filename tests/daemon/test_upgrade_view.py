@@ -21,7 +21,7 @@ from reconciler.daemon import upgrade_view
 from reconciler.daemon.metrics import Metrics
 from reconciler.daemon.status_page import load_snapshot, render
 from reconciler.daemon.store import JOURNAL_KEY, Store
-from tests.daemon.test_monitoring import ALERTS, PROMTOOL, needs_promtool
+from tests.daemon.test_monitoring import ALERTS, assert_promtool_tests_pass, needs_promtool
 from tests.daemon.test_status_page import ALLOWED_TAGS, parse
 from tests.transport.sshd_server import free_port
 
@@ -315,11 +315,7 @@ tests:
 
 @needs_promtool
 def test_promtool_upgrade_failed_alert_fires_for_the_failed_node_only(tmp_path: Path) -> None:
-    assert PROMTOOL is not None
-    tests = tmp_path / "upgrade.test.yaml"
-    tests.write_text(ALERT_TEST.format(rules=json.dumps(str(ALERTS))))
-    out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    assert_promtool_tests_pass(tmp_path / "upgrade.test.yaml", ALERT_TEST.format(rules=json.dumps(str(ALERTS))))
 
 
 # ---------------------------------------------------------------- what the nodes not started wait for (issue 46)
