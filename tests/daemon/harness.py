@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -137,9 +138,33 @@ class DaemonProcess:
             for e in self.events()[seen:]), timeout)
 
     def wait_applied(self, commit: str, timeout: float = 120.0) -> dict[str, Any]:
-        """Wait until the daemon reports `commit` applied (or in sync)."""
-        return self.wait_for(f"commit {commit[:12]} applied",
-                             lambda: (s := self.status())["applied_commit"] == commit and s, timeout)
+        """Wait until the daemon reports `commit` applied (or in sync) and the run that did so has ended; return the
+        status read after that.
+
+        A run writes applied_commit before its end (mark_applied, then the run's row, metrics and run.end): a test
+        that read any of those at once raced the daemon. Every run started before applied_at is waited for."""
+        def applied_and_ended() -> dict[str, Any] | None:
+            first = self.status()
+            if first["applied_commit"] != commit or self.runs_open(started_by=first["applied_at"]):
+                return None
+            then = self.status()
+            return then if then["applied_commit"] == commit else None
+
+        return self.wait_for(f"commit {commit[:12]} applied and its run ended", applied_and_ended, timeout)
+
+    def runs(self, commit: str | None = None) -> list[dict[str, Any]]:
+        """The rows of the daemon's runs table (of COMMIT, when given), oldest first: started and ended are wall-clock
+        seconds, as the daemon wrote them (not when a poll of the test saw them)."""
+        with contextlib.closing(sqlite3.connect(self.state_dir / "state.db", timeout=30)) as conn:
+            conn.row_factory = sqlite3.Row
+            rows = conn.execute("SELECT * FROM runs WHERE ? IS NULL OR commit_sha = ? ORDER BY id", (commit, commit))
+            return [dict(row) for row in rows]
+
+    def runs_open(self, started_by: float) -> int:
+        """How many runs that started at or before STARTED_BY (wall clock) have not ended, from the state database."""
+        with contextlib.closing(sqlite3.connect(self.state_dir / "state.db", timeout=30)) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM runs WHERE ended IS NULL AND started <= ?",
+                                    (started_by,)).fetchone()[0])
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the daemon's log."""

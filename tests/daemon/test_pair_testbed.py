@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +140,20 @@ def test_kill_9_of_the_leader_the_standby_applies_the_next_commit(dbed: DaemonBe
         assert leads(one)
 
         one.kill()
-        killed = time.monotonic()
+        killed = time.time()
         head = dbed.remote.commit("add partition failover", add_partition("failover"))
         two.wait_for("failover partition in sinfo", lambda: "failover" in partitions(dbed), timeout=60)
-        failover = time.monotonic() - killed
         two.wait_applied(head, timeout=30)
-        print(f"\nkill -9 of the leader -> commit applied by the standby: {failover:.1f}s "
-              f"(lease 15s, renew 5s, poll 1s)")
-        assert failover <= 30.0, failover
+        took_over = two.wait_for("ha.took_over", lambda: events(two, "ha.took_over"), timeout=30)[0]
+        takeover = datetime.fromisoformat(str(took_over["timestamp"]).replace("Z", "+00:00")).timestamp() - killed
+        applied = two.runs(head)[-1]["ended"] - killed
+        print(f"\nkill -9 of the leader -> standby leads after {takeover:.1f}s, commit applied by it after "
+              f"{applied:.1f}s (lease 15s, renew 5s, poll 1s)")
+        # The lease runs out at most 15 s after the kill (its last renewal was before it), and the standby sees that
+        # at its next renewal, at most 5 s later; 8 s more for the lease command and a report run of the standby
+        # that may be in flight (the loop takes over between runs) on a loaded machine. The apply after it is the
+        # run's own work (bounded by the waits above).
+        assert takeover <= 15 + 5 + 8, takeover
         now = role(two)
         assert now["role"] == "leader" and now["epoch"] == 2
         status = subprocess.run([sys.executable, "-m", "reconciler.cli", "status", "--state-dir", str(two.state_dir)],

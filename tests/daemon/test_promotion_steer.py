@@ -5,6 +5,7 @@ and the promotion windows. (What reaches nodes is in test_promotion_steer_testbe
 
 from __future__ import annotations
 
+import json
 import time
 import types
 from datetime import UTC, datetime, timedelta
@@ -283,7 +284,8 @@ def test_a_hold_outlives_a_takeover_in_a_pair(tmp_path: Path) -> None:
         yield shell, spec("ctl")
 
     stores = {name: Store(tmp_path / name / "state.db") for name in ("login1", "login2")}
-    roles = {name: HighAvailability(name, "ctl", str(tmp_path / "lease"), 1.0, 0.2, connect) for name in stores}
+    # A term of seconds: a 1 s term ran out under load before login1's mirror below (it mirrors only as leader)
+    roles = {name: HighAvailability(name, "ctl", str(tmp_path / "lease"), 5.0, 1.0, connect) for name in stores}
     roles["login1"].tick()
     assert roles["login1"].is_leader()
     stores["login1"].set(CLUSTER_KEY, "production")
@@ -291,7 +293,9 @@ def test_a_hold_outlives_a_takeover_in_a_pair(tmp_path: Path) -> None:
     give(stores["login1"].path, request("hold", None, "alice@login1", "freeze"), "production")
     common = types.SimpleNamespace(store=stores["login1"])
     Promotion(common, LoopState(), None, lambda _: None, None, lambda: roles["login1"])._mirror()  # type: ignore[arg-type]
-    time.sleep(1.5)  # login1 stops renewing: its 1 s lease runs out
+    assert roles["login1"].is_leader()  # it mirrored as the leader (a follower's _mirror does nothing)
+    lease = tmp_path / "lease" / "lease.json"  # login1 stops renewing: its term runs out (written, not waited for)
+    lease.write_text(json.dumps({**json.loads(lease.read_text()), "expires": 0.0}))
     roles["login2"].tick()
     assert roles["login2"].is_leader()
     host = types.SimpleNamespace(store=stores["login2"], state=LoopState(), ha_loaded=None, sessions=None)

@@ -50,6 +50,8 @@ def test_editing_a_source_file_triggers_a_cycle_that_reaches_the_nodes(dbed: Dae
 
         runs = [e for e in daemon.events() if e["event"] == "run.start" and e["trigger"] == "watch"]
         assert len(runs) >= watch_runs + 2, runs
-        assert daemon.status()["last_run"]["outcome"] == "applied"
+        # the run that wrote "third" ends a moment after the file is on the nodes: wait for its row's end
+        last = daemon.wait_for("the watch run's end", lambda: (r := daemon.runs()[-1])["ended"] and r, timeout=30)
+        assert last["trigger"] == "watch" and last["outcome"] == "applied", last
     finally:
         daemon.stop()

@@ -40,7 +40,12 @@ def test_an_older_epoch_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def pair(tmp_path: Path, shell: LocalShell, duration: float = 2.0) -> tuple[HighAvailability, HighAvailability]:
+# Terms of seconds: a tick runs a python3 process over the shell, and a term shorter than that process and the
+# command after it (0.8-2 s here before) ran out under CI's load before the command was sent.
+TERM = 4.0
+
+
+def pair(tmp_path: Path, shell: LocalShell, duration: float = TERM) -> tuple[HighAvailability, HighAvailability]:
     @contextlib.contextmanager
     def connect() -> Iterator[tuple[Transport, NodeSpec]]:
         yield shell, spec("ctl")
@@ -64,7 +69,7 @@ def test_a_deposed_leader_is_refused_by_the_node_and_steps_down(tmp_path: Path) 
     node = spec("gpu01")
     old_token = one.fence()  # captured now: as a process paused after its local check would still hold it
     assert FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, WRITE_COMMAND, stdin=request).ok
-    time.sleep(2.1)  # login1 stops renewing (paused): its lease runs out
+    time.sleep(TERM + 0.1)  # login1 stops renewing (paused): its lease runs out
     assert not one.is_leader() and one.fence() is None  # its own clock already says so
     two.tick()
     assert two.is_leader() and two.epoch == 2
@@ -111,7 +116,7 @@ def test_release_lets_the_standby_lead_at_its_next_renewal(tmp_path: Path) -> No
 
 def test_an_unreachable_lease_node_makes_the_leader_step_down_only_when_its_lease_ran_out(tmp_path: Path) -> None:
     shell = LocalShell()
-    one, _ = pair(tmp_path, shell, duration=1.0)
+    one, _ = pair(tmp_path, shell)
     one.tick()
     assert one.is_leader()
 
@@ -126,7 +131,7 @@ def test_an_unreachable_lease_node_makes_the_leader_step_down_only_when_its_leas
     one.connect = unreachable
     one.tick()
     assert one.is_leader() and one.error is not None  # still within its lease
-    time.sleep(1.0)
+    time.sleep(TERM)
     one.tick()
     assert not one.is_leader()
     assert one.stepped_down is not None and "lease not renewed in time" in one.stepped_down
@@ -138,16 +143,21 @@ def test_a_lost_lease_store_heals_above_the_epochs_the_nodes_have_seen(tmp_path:
     shell = LocalShell()
     node = spec("gpu01")
     run(fenced_command("true", {"epoch": 5, "holder": "login2", "dir": str(tmp_path / "node")}))
-    # a term of seconds: under load the refused write below took longer than a 0.8 s term (CI, 2 cores)
-    one, _ = pair(tmp_path, shell, duration=4)
+    one, _ = pair(tmp_path, shell)
     one.tick()
     assert one.epoch == 1
     refused = FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true")
     assert refused.exit_code == FENCED_EXIT and not one.is_leader() and one.floor == 6
-    time.sleep(4.2)  # its own old term runs out
+    time.sleep(TERM + 0.2)  # its own old term runs out
     one.tick()
     assert one.is_leader() and one.epoch == 6
     assert FencingTransport(shell, one.fence, one.fenced, WRITE_COMMAND).run(node, "true").ok
+
+
+def expire_lease(tmp_path: Path) -> None:
+    """End the current term in the lease file, as its running out would (without waiting for it)."""
+    lease = tmp_path / "lease" / "lease.json"
+    lease.write_text(json.dumps({**json.loads(lease.read_text()), "expires": 0.0}))
 
 
 class AgentShell(LocalShell):
@@ -172,7 +182,7 @@ def test_the_fact_agent_remembers_epochs_and_refuses_an_older_one(tmp_path: Path
     from reconciler.facts.gather import FactRequest
 
     shell = AgentShell()
-    one, two = pair(tmp_path, shell, duration=0.8)
+    one, two = pair(tmp_path, shell)
     one.tick()
     request = FactRequest(commands={"hello": "echo hi"}).encode()
     old_token = one.fence()
@@ -180,7 +190,7 @@ def test_the_fact_agent_remembers_epochs_and_refuses_an_older_one(tmp_path: Path
                                                                                    lambda _: request)
     assert json.loads(answer["gpu01"].stdout)["commands"]["hello"]["stdout"] == "hi\n"
     assert json.loads((tmp_path / "node" / "fence.json").read_text())["epoch"] == 1
-    time.sleep(0.9)
+    expire_lease(tmp_path)  # login1's term as the lease holds it is over (as if it had run out)
     two.tick()
     assert two.epoch == 2
     FencingTransport(shell, two.fence, two.fenced, WRITE_COMMAND).ask_many([spec("gpu01")], "agent", lambda _: request)

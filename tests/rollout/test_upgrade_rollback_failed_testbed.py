@@ -132,8 +132,9 @@ def test_failed_rollback_is_reported_and_a_repaired_node_no_longer_shows_failed(
         bed.run("gpu01", f"apt-get clean && echo 'Acquire::http::Proxy \"http://127.0.0.1:9/\";' > {PROXY}",
                 check=True)
         os.kill(pid, signal.SIGCONT)
+        # the rollout's record is written first, the commit's rolled-back mark a moment later (then the run's end)
         status = daemon.wait_for("the rollout's end", lambda: (s := daemon.status()).get("last_rollout")
-                                 and s["last_rollout"]["commit"] == target and s, 400)
+                                 and s["last_rollout"]["commit"] == target and target in s["rolled_back"] and s, 400)
 
         # --- item 4: rollback-failed, naming gpu01 and what failed, everywhere
         last = status["last_rollout"]
@@ -146,8 +147,9 @@ def test_failed_rollback_is_reported_and_a_repaired_node_no_longer_shows_failed(
         why = status["rolled_back"][target]
         assert why["status"] == "rollback-failed" and why["errors"] == errors, why
         # the run's end from the journal: a drift check (every 2 s here) may already have replaced status's last_run
-        ends = [e for e in daemon.runs_ended() if e.get("outcome") == "failed"]
-        assert any("rollback failed: gpu01: " in (e.get("error") or "") for e in ends), ends
+        daemon.wait_for("the failed run's end", lambda: any(
+            "rollback failed: gpu01: " in (e.get("error") or "") for e in daemon.runs_ended()
+            if e.get("outcome") == "failed"), 30)
         text = cli("status", "--state-dir", str(state_dir)).stdout
         assert f"last rollout:   {target[:12]} rollback-failed: " in text, text
         assert "FAILED: gpu01: rollback failed: undo: " in text and "rolled back gpu[01-02]" not in text, text

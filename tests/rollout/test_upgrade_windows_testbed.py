@@ -134,8 +134,9 @@ def test_a_window_closing_mid_upgrade_lets_the_nodes_in_flight_finish_and_the_re
     starts = draining_times(daemon)
     assert sorted(starts) == NODES and all(len(t) == 1 for t in starts.values()), starts  # each started once
     # by the log's real-time stamps: none before the first window, none between the close and the second window
-    # (0.5 s: the log line follows the admission by the journal's write), the rest in the second
-    first = {n for n, (t,) in starts.items() if opened <= t <= closed_at + 0.5}
+    # (2 s: the log line follows the admission by the journal's write, under load of a 16-node upgrade on two
+    # cores; the close lasts at least 5 s), the rest in the second
+    first = {n for n, (t,) in starts.items() if opened <= t <= closed_at + 2.0}
     second = {n for n, (t,) in starts.items() if t >= reopened}
     assert first == started_w1 and second == set(rest) and not first & second, (starts, opened, closed_at, reopened)
     bed.down()

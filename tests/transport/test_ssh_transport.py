@@ -147,14 +147,18 @@ def test_run_many_in_parallel_with_one_unreachable(tmp_path: Path, sshd_factory:
     nodes = [spec(f"gpu0{i + 1}", server.port, key) for i, server in enumerate(servers)]
     nodes.append(spec("gpu04", free_port(), key))  # nothing listens there
     with make_transport(tmp_path, servers, forks=8) as transport:
-        results = transport.run_many(nodes, "date +%s.%N; sleep 1.5; date +%s.%N")
+        # A rendezvous, not timed overlaps (1.5 s of skew was possible under load): each command marks its arrival
+        # and waits (15 s at most) until all three have; run one after the other, the first would see only itself.
+        meet = tmp_path / "meet"
+        meet.mkdir()
+        results = transport.run_many(nodes, f"touch {meet}/$$; i=0; while [ $(ls {meet} | wc -l) -lt 3 ] && "
+                                            f"[ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; ls {meet} | wc -l")
     assert list(results) == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert all(results[name].ok for name in ("gpu01", "gpu02", "gpu03"))
     down = results["gpu04"]
     assert down.unreachable and down.exit_code is None and not down.ok
     assert "cannot connect to 127.0.0.1" in (down.error or "") and "refused" in (down.error or "")
-    spans = [[float(t) for t in results[name].stdout.split()] for name in ("gpu01", "gpu02", "gpu03")]
-    assert max(start for start, _ in spans) < min(end for _, end in spans), f"not parallel: {spans}"
+    assert [results[name].stdout.strip() for name in ("gpu01", "gpu02", "gpu03")] == ["3"] * 3, "not parallel"
 
 
 def test_forks_bounds_parallelism(tmp_path: Path, sshd_factory: Callable[..., Sshd], key: Path) -> None:
