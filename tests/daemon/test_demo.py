@@ -42,7 +42,10 @@ def test_deploy_demo_end_to_end(installed_wheel: InstalledWheel, release: str) -
     latency = re.search(r"commit-to-applied latency: ([\d.]+) s", out.stdout)
     healed = re.search(r"detected and healed after ([\d.]+) s", out.stdout)
     assert latency and healed, out.stdout
-    assert float(latency.group(1)) < 2 + 10 and float(healed.group(1)) < 5 + 10
+    # Sanity bounds on the demo's printed wall times, which include the runs' own work on a loaded machine (a heal
+    # may wait for the drift check in flight, the interval, then a whole run): poll or drift interval + 20 s.
+    # How many polls or drift checks it took is tested exactly in test_daemon_testbed.py.
+    assert float(latency.group(1)) < 2 + 20 and float(healed.group(1)) < 5 + 20
     assert re.search(r"^demo +up +30:00 +2 +idle gpu\[01-02\]$", out.stdout, re.M), out.stdout
     assert '"event": "drift.detected"' in out.stdout and "drift:          0 resource(s)" in out.stdout
     act6 = out.stdout[out.stdout.index("== 6. "):out.stdout.index("== 7. ")]
