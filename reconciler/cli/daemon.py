@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +134,25 @@ def _when(ts: float | None) -> str:
     return f"{stamp} ({ago:.0f}s ago)" if ago < 3600 else stamp
 
 
-STATE_OPTIONS = [
+# Which daemon a command reads or steers: its config, or its state directory straight (status, promote, upgrade...).
+WHERE_OPTIONS = [
     click.option("--config", "config_path", default=None, help=f"Daemon config (default {DEFAULT_CONFIG})."),
     click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config)."),
-    click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"),
 ]
+WHO_OPTION = click.option("--who", default=None, help="Who gives the command (default: user@host).")
 
 
-def _state_options(func: Any) -> Any:
-    for option in reversed(STATE_OPTIONS):
-        func = option(func)
-    return func
+def with_options(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A decorator applying click OPTIONS in the order given (as if written top to bottom)."""
+    def apply(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return apply
+
+
+_state_options = with_options(*WHERE_OPTIONS,
+                              click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text"))
 
 
 def open_store(path: Path) -> Any:
@@ -378,8 +387,7 @@ def rollout_status(config_path: str | None, state_dir: str | None, fmt: str) -> 
 
 @rollout.command(name="retry")
 @click.argument("commit")
-@click.option("--config", "config_path", default=None, help=f"Daemon config (default {DEFAULT_CONFIG}).")
-@click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config).")
+@with_options(*WHERE_OPTIONS)
 def rollout_retry(commit: str, config_path: str | None, state_dir: str | None) -> None:
     """Let the daemon try a rolled-back COMMIT (a prefix) again at its next cycle."""
 

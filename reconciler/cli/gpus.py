@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from reconciler.cli.daemon import state_dir_of
+from reconciler.cli.daemon import WHERE_OPTIONS, state_dir_of, with_options
 from reconciler.model import parse_duration
 
 
@@ -65,8 +65,7 @@ def history_lines(found: Any, hits: list[Any]) -> list[str]:
 
 @click.command("gpus")
 @click.argument("uuid", required=False)
-@click.option("--config", "config_path", default=None, help="Daemon config (default /etc/reconciler/config.yaml).")
-@click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config).")
+@with_options(*WHERE_OPTIONS)
 @click.option("--node", default=None, help="Only this node's GPUs.")
 @click.option("--since", default=None, help="Only GPUs seen in this long (e.g. 7d); with UUID, readings since.")
 @click.option("--rma", "rma_only", is_flag=True, help="Only RMA candidates.")

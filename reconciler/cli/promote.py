@@ -15,21 +15,12 @@ from pathlib import Path
 
 import click
 
-from reconciler.cli.daemon import state_dir_of
+from reconciler.cli.daemon import WHERE_OPTIONS, WHO_OPTION, state_dir_of, with_options
 
-OPTIONS = [
+_options = with_options(
     click.option("--cluster", required=True, help="The cluster the daemon reconciles (checked: a mistyped or "
                  "another cluster's daemon is refused)."),
-    click.option("--config", "config_path", default=None, help="Daemon config (default /etc/reconciler/config.yaml)."),
-    click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config)."),
-    click.option("--who", default=None, help="Who gives the command (default: user@host)."),
-]
-
-
-def _options(func: click.decorators.FC) -> click.decorators.FC:
-    for option in reversed(OPTIONS):
-        func = option(func)
-    return func
+    *WHERE_OPTIONS, WHO_OPTION)
 
 
 def resolve(clone: Path, commit: str) -> str:

@@ -14,19 +14,9 @@ import time
 
 import click
 
-from reconciler.cli.daemon import open_store, state_dir_of
+from reconciler.cli.daemon import WHERE_OPTIONS, WHO_OPTION, open_store, state_dir_of, with_options
 
-OPTIONS = [
-    click.option("--config", "config_path", default=None, help="Daemon config (default /etc/reconciler/config.yaml)."),
-    click.option("--state-dir", default=None, help="The daemon's state directory (instead of --config)."),
-    click.option("--who", default=None, help="Who gives the command (default: user@host)."),
-]
-
-
-def _options(func: click.decorators.FC) -> click.decorators.FC:
-    for option in reversed(OPTIONS):
-        func = option(func)
-    return func
+_options = with_options(*WHERE_OPTIONS, WHO_OPTION)
 
 
 def _give(config_path: str | None, state_dir: str | None, who: str | None, op: str, node: str | None,
