@@ -1,5 +1,5 @@
 """Root conftest: the testbed fixtures (tests/testbed_fixture.py) for every integration test, and the grouping of
-tests for pytest-xdist (the README's command runs two workers with --dist loadgroup)."""
+tests for pytest-xdist (the README's command runs three workers with --dist loadgroup)."""
 
 from pathlib import Path
 
