@@ -18,7 +18,8 @@ START = "2030-01-07T10:00:00"
 
 class ReservedSim(Sim):
     """The file cluster with a stand-in reservation per node (`res`, `res_active`), jobs as `ID PARTITION` lines,
-    the partition `batch` requeued, and every reservation, drain and resume step written to `order`."""
+    the partition `batch` requeued (each requeue step counted in `requeues`), and every reservation, drain and
+    resume step written to `order`."""
 
     def steps(self, node: str) -> DrainSteps:
         """The stand-in's steps with the reservation mode's and the requeue's."""
@@ -35,7 +36,8 @@ class ReservedSim(Sim):
                           f" test ! -e {d}/res || {{ rm -f {d}/res; echo unreserve >> {d}/order; }}"),
             "kept_jobs": f"awk '$2 != \"batch\"' {d}/jobs",
             "requeue": (f"awk '$2 == \"batch\" {{print \"requeued \" $1}}' {d}/jobs; "
-                        f"awk '$2 != \"batch\"' {d}/jobs > {d}/jobs.tmp; mv {d}/jobs.tmp {d}/jobs")})
+                        f"awk '$2 != \"batch\"' {d}/jobs > {d}/jobs.tmp; mv {d}/jobs.tmp {d}/jobs; "
+                        f"echo x >> {d}/requeues")})
 
 
 CONFIG = {"mode": "reservation", "requeue": ["batch"], "drain_timeout": "1m"}
@@ -64,7 +66,10 @@ def test_a_reserved_node_keeps_running_jobs_until_its_reservation_starts_then_is
     assert found is not None and found.reservation_start == START and found.reserved_at is not None
     assert sim.read("n1", "drained") == ""  # jobs may still start on it until the reservation starts
     (sim.dir("n1") / "res_active").touch()  # the reservation starts; the job still runs
-    poll("n1 drained at the start", lambda: sim.read("n1", "drained") == REASON)
+    # drained, then its batch jobs requeued: the stand-in's requeue rewrites `jobs`, so the job ends only after it
+    # (ended before, CI saw the rewrite bring it back: the node waited out drain_timeout)
+    poll("n1 drained at the start and requeued", lambda: sim.read("n1", "drained") == REASON
+         and sim.count("n1", "requeues") == 1)
     assert sim.count("n1", "reboots") == 0  # its job still runs: waited for
     (sim.dir("n1") / "jobs").write_text("")
     thread.join(BOUND)
