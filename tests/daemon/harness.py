@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,11 @@ class DaemonProcess:
                     out.append(json.loads(line))
         return out
 
+    @staticmethod
+    def event_time(event: dict[str, Any]) -> float:
+        """An event's log time stamp, epoch seconds."""
+        return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
     def runs_ended(self, trigger: str | None = None) -> list[dict[str, Any]]:
         """The run.end events whose run.start had this trigger (all when None), oldest first."""
         events = self.events()
@@ -161,10 +167,8 @@ class DaemonProcess:
             return [dict(row) for row in rows]
 
     def runs_open(self, started_by: float) -> int:
-        """How many runs that started at or before STARTED_BY (wall clock) have not ended, from the state database."""
-        with contextlib.closing(sqlite3.connect(self.state_dir / "state.db", timeout=30)) as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM runs WHERE ended IS NULL AND started <= ?",
-                                    (started_by,)).fetchone()[0])
+        """How many runs that started at or before STARTED_BY (wall clock) have not ended."""
+        return sum(1 for r in self.runs() if r["ended"] is None and r["started"] <= started_by)
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the daemon's log."""

@@ -213,16 +213,10 @@ def reason_for(daemon: DaemonProcess, commit: str, reason: str) -> Callable[[], 
     return lambda: (p := promotion(daemon)).get("holding") == commit and p.get("reason") == reason and p
 
 
-def _stamp(event: dict[str, Any]) -> float:
-    """An event's log time stamp, epoch seconds."""
-    from datetime import datetime
-    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
-
-
 def started_at(daemon: DaemonProcess, trigger: str) -> float | None:
     """When the daemon logged the start of its last run with TRIGGER (epoch seconds), None before."""
     found = [e for e in daemon.events() if e.get("event") == "run.start" and e.get("trigger") == trigger]
-    return _stamp(found[-1]) if found else None
+    return DaemonProcess.event_time(found[-1]) if found else None
 
 
 def test_approval_hotfix_going_back_and_the_hold_after_a_rollback(clusters: dict[str, Testbed],
@@ -309,7 +303,7 @@ def test_approval_hotfix_going_back_and_the_hold_after_a_rollback(clusters: dict
         # request was written may still start its run after it, so the going back is the first or second run
         # started from then on; the seconds are printed, not asserted (a loaded CI machine runs slower)
         after = [e.get("trigger") for e in production.events() if e.get("event") == "run.start"
-                 and _stamp(e) >= written]
+                 and DaemonProcess.event_time(e) >= written]
         assert "back" in after[:2], after
         print(f"\nback: run started {began - asked:.1f}s after the ask, applied {took:.1f}s after it")
         held = production.status()["promotion_operator"]["hold"]
